@@ -1,0 +1,31 @@
+// Shared pieces of the kvlm subcommands: model/tokenizer resolution and small parsers.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvlm::cli {
+
+// Tokenizer path: the explicit one, else tokenizer.json in an HF folder, else tokenizer.bin or
+// the only tok*.bin beside a llama2.c checkpoint.
+std::string resolve_tokenizer(const std::string& model_path, const std::string& explicit_path);
+std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_path, const std::string& explicit_path,
+                                              const Model& m);
+
+// "1,2,3" -> {1,2,3}; throws on anything else.
+std::vector<int> parse_ids(const std::string& s);
+std::string read_file(const std::string& path);
+std::string json_escape_utf8(const std::string& s);
+
+// Each subcommand registers itself and returns the function that runs it.
+using Runner = std::function<int()>;
+Runner add_generate(CLI::App& app);
+Runner add_logits(CLI::App& app);
+Runner add_ppl(CLI::App& app);
+Runner add_bench(CLI::App& app);
+
+}  // namespace kvlm::cli

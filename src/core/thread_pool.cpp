@@ -1,0 +1,103 @@
+#include "core/thread_pool.h"
+
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+
+namespace kvlm {
+
+namespace {
+std::pair<size_t, size_t> slice(size_t n, int parts, int i) {
+  size_t base = n / parts, extra = n % parts;
+  size_t b = i * base + std::min<size_t>(i, extra);
+  return {b, b + base + (static_cast<size_t>(i) < extra ? 1 : 0)};
+}
+std::unique_ptr<ThreadPool>& global_slot() {
+  static std::unique_ptr<ThreadPool> pool;
+  return pool;
+}
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::worker(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(size_t, size_t)>* job;
+    size_t n;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+      n = job_n_;
+    }
+    auto [b, e] = slice(n, n_threads_, index);
+    if (b < e) (*job)(b, e);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn) {
+  if (n == 0) return;
+  if (n_threads_ == 1 || n == 1) {
+    fn(0, n);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = &fn;
+    job_n_ = n;
+    pending_ = n_threads_ - 1;
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  auto [b, e] = slice(n, n_threads_, 0);
+  if (b < e) fn(b, e);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return pending_ == 0; });
+}
+
+int ThreadPool::default_threads() {
+  // Physical cores: distinct (physical id, core id) pairs; SMT siblings share FMA units.
+  std::ifstream in("/proc/cpuinfo");
+  std::set<std::pair<std::string, std::string>> cores;
+  std::string line, phys = "0";
+  while (std::getline(in, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    std::string val = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "physical id") phys = val;
+    if (key == "core id") cores.insert({phys, val});
+  }
+  int hw = static_cast<int>(std::thread::hardware_concurrency());
+  int n = cores.empty() ? hw : static_cast<int>(cores.size());
+  return n < 1 ? 1 : n;
+}
+
+ThreadPool& ThreadPool::global() {
+  auto& slot = global_slot();
+  if (!slot) slot = std::make_unique<ThreadPool>(default_threads());
+  return *slot;
+}
+
+void ThreadPool::set_global_threads(int n) { global_slot() = std::make_unique<ThreadPool>(n); }
+
+}  // namespace kvlm

@@ -1,0 +1,44 @@
+// A fixed pool of worker threads running one parallel_for at a time.
+// Work is split into contiguous, near-equal ranges: kernels partition output rows,
+// so each thread streams its own slice of the weights (what decode speed depends on).
+#pragma once
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kvlm {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls fn(begin, end) on disjoint ranges covering [0, n); the caller thread takes part.
+  void parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn);
+
+  // The process-wide pool, sized by set_global_threads (default: physical cores).
+  static ThreadPool& global();
+  static void set_global_threads(int n);
+  static int default_threads();
+
+ private:
+  void worker(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const std::function<void(size_t, size_t)>* job_ = nullptr;
+  size_t job_n_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace kvlm

@@ -1,0 +1,32 @@
+// Single-sequence generation: prefill the prompt, then decode token by token, with the KV
+// cache on, or off (every step recomputes the whole sequence, like HF use_cache=False).
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/model.h"
+
+namespace kvlm {
+
+struct GenerateOptions {
+  int max_new_tokens = 128;
+  SamplingParams sampling;
+  bool use_kv_cache = true;
+  bool stop_at_eos = true;  // stop at EOS (and BOS, which starts a new document)
+  int context = 0;          // 0 = the model's max_seq_len
+};
+
+struct GenerateResult {
+  std::vector<int> generated;
+  double ttft_ms = 0;            // prompt in -> first token out
+  std::vector<double> step_ms;   // each later token
+  size_t kv_cache_bytes = 0;     // held by the cache for the run (0 with the cache off)
+  double tpot_ms() const;        // mean of step_ms
+};
+
+// on_token(id) is called as each token is produced (for streaming).
+GenerateResult generate(const Model& m, const std::vector<int>& prompt, const GenerateOptions& opt,
+                        const std::function<void(int)>& on_token = nullptr);
+
+}  // namespace kvlm

@@ -1,0 +1,45 @@
+// ModelConfig: the shape and conventions of a decoder-only transformer.
+// One struct covers GPT-2, GPT-Neo and the Llama family; the differences are flags.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace kvlm {
+
+enum class NormKind { RMSNorm, LayerNorm };
+enum class RopeKind { None, AdjacentPairs, RotateHalf };  // llama2.c/GGUF vs Hugging Face
+enum class MlpKind { SwiGLU, GeluTanh };
+
+struct ModelConfig {
+  std::string arch;  // "llama", "mistral", "qwen2", "gpt2", "gpt_neo"
+  int dim = 0;          // residual width
+  int hidden_dim = 0;   // MLP width
+  int n_layers = 0;
+  int n_heads = 0;      // query heads
+  int n_kv_heads = 0;   // key/value heads (GQA when < n_heads)
+  int head_dim = 0;
+  int vocab_size = 0;
+  int max_seq_len = 0;  // context length the model was trained for
+  float norm_eps = 1e-5f;
+  NormKind norm = NormKind::RMSNorm;
+  RopeKind rope = RopeKind::None;
+  float rope_theta = 10000.0f;
+  MlpKind mlp = MlpKind::SwiGLU;
+  bool learned_positions = false;  // GPT-2 / GPT-Neo position embeddings
+  float attn_scale = 0.0f;         // multiplier on q.k; 1/sqrt(head_dim) unless the arch says otherwise
+  std::vector<int> layer_window;   // [n_layers]: 0 = global, W = attend to the last W positions (self included)
+  bool tied_embeddings = true;
+  int bos_id = 1, eos_id = 2;
+
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }
+  // KV bytes one token costs in a cache with no windows: 2 x layers x kv_heads x head_dim x bytes.
+  size_t kv_bytes_per_token(size_t bytes_per_element = 4) const {
+    return 2ull * n_layers * n_kv_heads * head_dim * bytes_per_element;
+  }
+  // Throws KvlmError when a field is out of range or inconsistent.
+  void validate(const std::string& source) const;
+};
+
+}  // namespace kvlm

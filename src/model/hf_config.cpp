@@ -1,0 +1,179 @@
+#include "model/hf_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace kvlm {
+
+namespace {
+
+using nlohmann::json;
+
+struct Reader {
+  const json& j;
+  const std::string& label;
+
+  bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
+  int integer(const char* key) const {
+    if (!has(key)) fail(label, ": missing config key '", key, "'");
+    const json& v = j[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)
+      fail(label, ": config key '", key, "' must be an integer");
+    return v.get<int>();
+  }
+  int integer_or(const char* key, int fallback) const { return has(key) ? integer(key) : fallback; }
+  float number_or(const char* key, float fallback) const {
+    if (!has(key)) return fallback;
+    if (!j[key].is_number()) fail(label, ": config key '", key, "' must be a number");
+    return j[key].get<float>();
+  }
+  bool boolean_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j[key].is_boolean()) fail(label, ": config key '", key, "' must be true or false");
+    return j[key].get<bool>();
+  }
+  std::string string_or(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    if (!j[key].is_string()) fail(label, ": config key '", key, "' must be a string");
+    return j[key].get<std::string>();
+  }
+};
+
+void check_activation(const Reader& r, const char* key, const std::string& expect_a, const std::string& expect_b) {
+  std::string act = r.string_or(key, expect_a);
+  if (act != expect_a && act != expect_b)
+    fail(r.label, ": unsupported ", key, " '", act, "' (supported: ", expect_a, ", ", expect_b, ")");
+}
+
+ModelConfig llama_family(const Reader& r, const std::string& type) {
+  ModelConfig c;
+  c.arch = type;
+  c.dim = r.integer("hidden_size");
+  c.hidden_dim = r.integer("intermediate_size");
+  c.n_layers = r.integer("num_hidden_layers");
+  c.n_heads = r.integer("num_attention_heads");
+  c.n_kv_heads = r.integer_or("num_key_value_heads", c.n_heads);
+  if (c.n_heads <= 0) fail(r.label, ": num_attention_heads must be positive");
+  c.head_dim = r.integer_or("head_dim", c.dim / c.n_heads);
+  c.vocab_size = r.integer("vocab_size");
+  c.max_seq_len = r.integer("max_position_embeddings");
+  c.norm_eps = r.number_or("rms_norm_eps", 1e-6f);
+  c.rope = RopeKind::RotateHalf;
+  c.rope_theta = r.number_or("rope_theta", 10000.0f);
+  c.norm = NormKind::RMSNorm;
+  c.mlp = MlpKind::SwiGLU;
+  check_activation(r, "hidden_act", "silu", "swish");
+  c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+  c.bos_id = r.integer_or("bos_token_id", 1);
+  c.eos_id = r.integer_or("eos_token_id", 2);
+  int window = 0;
+  if (type == "mistral") window = r.integer_or("sliding_window", 0);
+  if (type == "qwen2" && r.boolean_or("use_sliding_window", false)) window = r.integer_or("sliding_window", 0);
+  c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, window);
+  if (r.has("rope_scaling")) fail(r.label, ": rope_scaling is not supported yet");
+  return c;
+}
+
+ModelConfig gpt2(const Reader& r) {
+  ModelConfig c;
+  c.arch = "gpt2";
+  c.dim = r.integer("n_embd");
+  c.n_layers = r.integer("n_layer");
+  c.n_heads = r.integer("n_head");
+  c.n_kv_heads = c.n_heads;
+  if (c.n_heads <= 0) fail(r.label, ": n_head must be positive");
+  c.head_dim = c.dim / c.n_heads;
+  c.hidden_dim = r.integer_or("n_inner", 4 * c.dim);
+  c.vocab_size = r.integer("vocab_size");
+  c.max_seq_len = r.integer("n_positions");
+  c.norm_eps = r.number_or("layer_norm_epsilon", 1e-5f);
+  c.norm = NormKind::LayerNorm;
+  c.mlp = MlpKind::GeluTanh;
+  check_activation(r, "activation_function", "gelu_new", "gelu_pytorch_tanh");
+  c.learned_positions = true;
+  c.bos_id = r.integer_or("bos_token_id", 50256);
+  c.eos_id = r.integer_or("eos_token_id", 50256);
+  c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
+  if (r.boolean_or("scale_attn_by_inverse_layer_idx", false) || r.boolean_or("reorder_and_upcast_attn", false))
+    fail(r.label, ": GPT-2 attention variants (scale_attn_by_inverse_layer_idx) are not supported");
+  return c;
+}
+
+ModelConfig gpt_neo(const Reader& r) {
+  ModelConfig c;
+  c.arch = "gpt_neo";
+  c.dim = r.integer("hidden_size");
+  c.n_layers = r.integer("num_layers");
+  c.n_heads = r.integer("num_heads");
+  c.n_kv_heads = c.n_heads;
+  if (c.n_heads <= 0) fail(r.label, ": num_heads must be positive");
+  c.head_dim = c.dim / c.n_heads;
+  c.hidden_dim = r.integer_or("intermediate_size", 4 * c.dim);
+  c.vocab_size = r.integer("vocab_size");
+  c.max_seq_len = r.integer("max_position_embeddings");
+  c.norm_eps = r.number_or("layer_norm_epsilon", 1e-5f);
+  c.norm = NormKind::LayerNorm;
+  c.mlp = MlpKind::GeluTanh;
+  check_activation(r, "activation_function", "gelu_new", "gelu_pytorch_tanh");
+  c.learned_positions = true;
+  c.attn_scale = 1.0f;  // GPT-Neo does not scale attention scores by 1/sqrt(d)
+  c.bos_id = r.integer_or("bos_token_id", 50256);
+  c.eos_id = r.integer_or("eos_token_id", 50256);
+  int window = r.integer("window_size");
+  // attention_types: [[["global", "local"], 12]] expands to the per-layer list.
+  if (!r.has("attention_types") || !r.j["attention_types"].is_array())
+    fail(r.label, ": missing config key 'attention_types'");
+  for (const json& group : r.j["attention_types"]) {
+    if (!group.is_array() || group.size() != 2 || !group[0].is_array() || !group[1].is_number_integer())
+      fail(r.label, ": attention_types entries must be [[kinds...], repeat]");
+    int repeat = group[1].get<int>();
+    if (repeat < 0 || repeat > 1024) fail(r.label, ": attention_types repeat out of range");
+    for (int i = 0; i < repeat; ++i)
+      for (const json& kind : group[0]) {
+        std::string k = kind.is_string() ? kind.get<std::string>() : "";
+        if (k != "global" && k != "local") fail(r.label, ": unknown attention type '", kind.dump(), "'");
+        if (c.layer_window.size() > 1024) fail(r.label, ": attention_types too long");
+        c.layer_window.push_back(k == "local" ? window : 0);
+      }
+  }
+  if (static_cast<int>(c.layer_window.size()) != c.n_layers)
+    fail(r.label, ": attention_types lists ", c.layer_window.size(), " layers but num_layers is ", c.n_layers);
+  return c;
+}
+
+}  // namespace
+
+ModelConfig parse_hf_config(const std::string& text, const std::string& label) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) fail(label, ": not valid JSON");
+  if (!j.is_object()) fail(label, ": expected a JSON object");
+  Reader r{j, label};
+  std::string type = r.string_or("model_type", "");
+  if (type.empty()) fail(label, ": missing config key 'model_type'");
+  ModelConfig c;
+  if (type == "llama" || type == "mistral" || type == "qwen2")
+    c = llama_family(r, type);
+  else if (type == "gpt2")
+    c = gpt2(r);
+  else if (type == "gpt_neo")
+    c = gpt_neo(r);
+  else
+    fail(label, ": unsupported model_type '", type, "' (supported: llama, mistral, qwen2, gpt2, gpt_neo)");
+  if (c.attn_scale == 0.0f && c.head_dim > 0) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.validate(label);
+  return c;
+}
+
+ModelConfig read_hf_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_hf_config(ss.str(), path);
+}
+
+}  // namespace kvlm

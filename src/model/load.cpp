@@ -1,0 +1,123 @@
+// load_model: picks the reader by path (HF folder or llama2.c .bin) and binds the weights.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/llama2c.h"
+#include "io/safetensors.h"
+#include "model/bind_weights.h"
+#include "model/hf_config.h"
+#include "model/model.h"
+
+namespace kvlm {
+
+namespace fs = std::filesystem;
+
+size_t Model::weight_bytes() const {
+  size_t n = tok_emb.size() + pos_emb.size() + final_norm.size() + final_norm_bias.size();
+  size_t bytes = n * sizeof(float) + lm_head.bytes();
+  for (const LayerWeights& L : layers) {
+    bytes += (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size()) * 4;
+    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) bytes += l->bytes();
+  }
+  return bytes;
+}
+
+void Model::init_rope() {
+  rope_inv_freq.clear();
+  if (cfg.rope == RopeKind::None) return;
+  for (int i = 0; i < cfg.head_dim / 2; ++i)
+    rope_inv_freq.push_back(1.0f / std::pow(cfg.rope_theta, (2.0f * i) / cfg.head_dim));
+}
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) fail(p.string(), ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// model.safetensors, or the shards named by model.safetensors.index.json.
+void read_hf_weights(const fs::path& dir, TensorSource& src) {
+  fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
+  if (fs::exists(single)) {
+    read_safetensors(single.string(), src);
+    return;
+  }
+  if (!fs::exists(index)) fail(dir.string(), ": no model.safetensors or model.safetensors.index.json");
+  auto j = nlohmann::json::parse(slurp(index), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    fail(index.string(), ": expected an object with a 'weight_map'");
+  std::set<std::string> shards;
+  for (auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string()) fail(index.string(), ": weight_map entry for ", name, " is not a file name");
+    std::string f = file.get<std::string>();
+    if (f.find('/') != std::string::npos || f.find("..") != std::string::npos)
+      fail(index.string(), ": shard name '", f, "' must be a plain file name");
+    shards.insert(f);
+  }
+  for (const std::string& f : shards) read_safetensors((dir / f).string(), src);
+  for (auto& [name, file] : j["weight_map"].items())
+    if (!src.has(name)) fail(index.string(), ": tensor ", name, " is not in shard ", file.get<std::string>());
+}
+
+std::unique_ptr<Model> load_hf(const fs::path& dir) {
+  auto m = std::make_unique<Model>();
+  m->cfg = read_hf_config((dir / "config.json").string());
+  TensorSource src;
+  read_hf_weights(dir, src);
+  if (m->cfg.arch == "gpt2")
+    bind_gpt2(src, *m);
+  else if (m->cfg.arch == "gpt_neo")
+    bind_gpt_neo(src, *m);
+  else
+    bind_llama(src, *m);
+  m->init_rope();
+  return m;
+}
+
+std::unique_ptr<Model> load_llama2c(const std::string& path) {
+  TensorSource src;
+  Llama2cHeader h = read_llama2c(path, src);
+  auto m = std::make_unique<Model>();
+  ModelConfig& c = m->cfg;
+  c.arch = "llama";
+  c.dim = h.dim;
+  c.hidden_dim = h.hidden_dim;
+  c.n_layers = h.n_layers;
+  c.n_heads = h.n_heads;
+  c.n_kv_heads = h.n_kv_heads;
+  c.head_dim = h.dim / h.n_heads;
+  c.vocab_size = h.vocab_size;
+  c.max_seq_len = h.seq_len;
+  c.norm_eps = 1e-5f;
+  c.rope = RopeKind::AdjacentPairs;  // llama2.c rows are not HF-permuted
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.tied_embeddings = h.shared_classifier;
+  c.layer_window.assign(c.n_layers, 0);
+  c.validate(path);
+  bind_llama(src, *m);
+  m->init_rope();
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& path) {
+  fs::path p(path);
+  if (fs::is_directory(p)) {
+    if (!fs::exists(p / "config.json")) fail(path, ": folder has no config.json");
+    return load_hf(p);
+  }
+  if (!fs::exists(p)) fail(path, ": no such file or folder");
+  return load_llama2c(path);
+}
+
+}  // namespace kvlm

@@ -1,0 +1,40 @@
+// A loaded model: config plus f32 weights, bound to one generic decoder forward.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/config.h"
+
+namespace kvlm {
+
+struct LayerWeights {
+  std::vector<float> attn_norm, attn_norm_bias;  // [dim]; bias only for LayerNorm
+  Linear wq, wk, wv, wo;                         // wq [q_dim][dim], wk/wv [kv_dim][dim], wo [dim][q_dim]
+  std::vector<float> mlp_norm, mlp_norm_bias;    // [dim]
+  Linear w_gate;                                 // [hidden][dim], SwiGLU only
+  Linear w_up;                                   // [hidden][dim]
+  Linear w_down;                                 // [dim][hidden]
+};
+
+struct Model {
+  ModelConfig cfg;
+  std::vector<float> tok_emb;                  // [vocab][dim]
+  std::vector<float> pos_emb;                  // [max_seq_len][dim], learned positions only
+  std::vector<LayerWeights> layers;            // [n_layers]
+  std::vector<float> final_norm, final_norm_bias;  // [dim]
+  Linear lm_head;                              // [vocab][dim]; empty when tied to tok_emb
+  std::vector<float> rope_inv_freq;            // [head_dim/2]
+
+  // Bytes of all weights (what one decode step must read at least once).
+  size_t weight_bytes() const;
+  size_t n_params() const { return weight_bytes() / sizeof(float); }
+  // Fills rope_inv_freq from cfg.rope_theta; call after the config is final.
+  void init_rope();
+};
+
+// Loads a llama2.c .bin checkpoint or a Hugging Face folder (config.json + safetensors).
+std::unique_ptr<Model> load_model(const std::string& path);
+
+}  // namespace kvlm

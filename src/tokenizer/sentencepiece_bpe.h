@@ -1,0 +1,44 @@
+// SentencePiece-style BPE (Llama): dummy-prefix space, pieces merged by priority, and
+// bytes of characters missing from the vocabulary falling back to <0xHH> tokens.
+// Pieces are kept with ' ' in place of U+2581 ('▁').
+#pragma once
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/bpe_merge.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvlm {
+
+class SentencePieceBpe : public Tokenizer {
+ public:
+  // scores: SentencePiece mode, a pair merges when its concatenation is a piece, highest score first.
+  static std::unique_ptr<SentencePieceBpe> from_scores(std::vector<std::string> pieces, std::vector<float> scores);
+  // merges: tokenizer.json mode, pairs of piece strings in rank order.
+  static std::unique_ptr<SentencePieceBpe> from_merges(std::vector<std::string> pieces,
+                                                       const std::vector<std::pair<std::string, std::string>>& merges);
+
+  std::vector<int> encode(const std::string& text) const override;
+  std::string decode(int prev, int token) const override;
+  int vocab_size() const override { return static_cast<int>(pieces_.size()); }
+
+  bool dummy_prefix = true;   // prepend ' ' to non-empty text
+  bool byte_fallback = true;  // unknown characters become <0xHH> tokens (else unk_id)
+  bool split_on_space = false;  // Metaspace split: merges never cross a space
+  int unk_id = 0;
+
+ private:
+  void index_pieces();
+  void encode_word(const std::string& text, std::vector<int>& out) const;
+
+  std::vector<std::string> pieces_;
+  std::unordered_map<std::string, int> ids_;
+  int byte_ids_[256];  // id of <0xHH>, or -1
+  MergeTable merges_;
+};
+
+// Reads a llama2.c tokenizer export (tok512.bin, tokenizer.bin).
+std::unique_ptr<SentencePieceBpe> read_llama2c_tokenizer(const std::string& path, int vocab_size_hint = -1);
+
+}  // namespace kvlm

@@ -1,0 +1,32 @@
+// Tokenizer interface: text <-> token ids. One algorithm per file behind it:
+// sentencepiece_bpe (llama2.c tok.bin, Llama tokenizer.json) and gpt2_bpe (byte-level BPE).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvlm {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Ids for `text`, without BOS.
+  virtual std::vector<int> encode(const std::string& text) const = 0;
+  // Bytes that `token` adds to the text when it follows `prev` (-1 at the start).
+  virtual std::string decode(int prev, int token) const = 0;
+  virtual int vocab_size() const = 0;
+
+  std::string decode_all(const std::vector<int>& ids, int prev = -1) const;
+  // encode with BOS in front when the model expects one.
+  std::vector<int> encode_prompt(const std::string& text) const;
+
+  int bos_id = -1;  // -1: none
+  int eos_id = -1;
+  bool add_bos = true;
+};
+
+// Loads from a llama2.c tok*.bin, a tokenizer.json, a GPT-2 encoder.json (+vocab.bpe beside it),
+// a vocab.json (+merges.txt), or a folder holding one of these.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+}  // namespace kvlm

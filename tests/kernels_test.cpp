@@ -1,0 +1,124 @@
+// Every dispatched SIMD kernel against its scalar twin, over sizes and misalignments.
+#include <cmath>
+#include <random>
+
+#include "engine/sampler.h"
+#include "kernels/dot.h"
+#include "kernels/ops.h"
+#include "test_support.h"
+
+namespace kvlm {
+namespace {
+
+std::vector<float> randn(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(Kernels, DotMatchesScalarTwinAllSizesAndOffsets) {
+  auto a = randn(600, 1), b = randn(600, 2);
+  for (size_t n = 0; n <= 300; ++n)
+    for (size_t off = 0; off < 8; ++off) {
+      float fast = dot_f32(a.data() + off, b.data() + (7 - off), n);
+      float ref = scalar::dot_f32(a.data() + off, b.data() + (7 - off), n);
+      double exact = 0;
+      for (size_t i = 0; i < n; ++i) exact += double(a[off + i]) * b[7 - off + i];
+      EXPECT_NEAR(fast, ref, 1e-4 * (1 + std::sqrt(double(n)))) << "n=" << n << " off=" << off << " isa=" << kernel_isa();
+      EXPECT_NEAR(ref, exact, 1e-4 * (1 + std::sqrt(double(n))));
+    }
+}
+
+TEST(Kernels, AxpyMatchesScalarTwinAllSizesAndOffsets) {
+  auto x = randn(300, 3);
+  for (size_t n = 0; n <= 100; ++n)
+    for (size_t off = 0; off < 8; ++off) {
+      auto y1 = randn(300, 4), y2 = y1;
+      axpy_f32(0.37f, x.data() + off, y1.data() + (7 - off), n);
+      scalar::axpy_f32(0.37f, x.data() + off, y2.data() + (7 - off), n);
+      for (size_t i = 0; i < y1.size(); ++i) ASSERT_NEAR(y1[i], y2[i], 1e-6) << "n=" << n << " off=" << off;
+    }
+}
+
+TEST(Kernels, MatmulEqualsRowDots) {
+  const int out = 37, in = 45, n = 5;
+  auto W = randn(out * in, 5), x = randn(n * in, 6), b = randn(out, 7);
+  std::vector<float> y(n * out);
+  matmul(W.data(), b.data(), out, in, x.data(), n, y.data());
+  for (int t = 0; t < n; ++t)
+    for (int o = 0; o < out; ++o) {
+      double ref = b[o];
+      for (int i = 0; i < in; ++i) ref += double(W[o * in + i]) * x[t * in + i];
+      EXPECT_NEAR(y[t * out + o], ref, 1e-4);
+    }
+}
+
+TEST(Kernels, RopeConventionsRotateTheSamePairs) {
+  // rotate-half on a vector whose halves are the even/odd lanes = adjacent pairs on the original.
+  const int d = 8;
+  std::vector<float> inv = {1.0f, 0.1f, 0.01f, 0.001f};
+  auto v = randn(d, 8);
+  std::vector<float> adj = v, half(d);
+  for (int i = 0; i < d / 2; ++i) {
+    half[i] = v[2 * i];
+    half[i + d / 2] = v[2 * i + 1];
+  }
+  rope_adjacent(adj.data(), d, 7, inv.data());
+  rope_rotate_half(half.data(), d, 7, inv.data());
+  for (int i = 0; i < d / 2; ++i) {
+    EXPECT_NEAR(adj[2 * i], half[i], 1e-6);
+    EXPECT_NEAR(adj[2 * i + 1], half[i + d / 2], 1e-6);
+  }
+}
+
+TEST(Kernels, NormsAndActivations) {
+  std::vector<float> x = {1, 2, 3, 4}, w = {1, 1, 1, 1}, b = {0, 0, 0, 0}, out(4);
+  rmsnorm(x.data(), w.data(), out.data(), 4, 0.0f + 1e-12f);
+  EXPECT_NEAR(out[3], 4 / std::sqrt(7.5), 1e-5);
+  layernorm(x.data(), w.data(), b.data(), out.data(), 4, 1e-12f);
+  EXPECT_NEAR(out[0], -1.5 / std::sqrt(1.25), 1e-5);
+  EXPECT_NEAR(gelu_tanh(1.0f), 0.8411920, 1e-6);
+  EXPECT_NEAR(silu(1.0f), 0.7310586, 1e-6);
+  std::vector<float> s = {1000, 1000};
+  softmax(s.data(), 2);
+  EXPECT_FLOAT_EQ(s[0], 0.5f);
+}
+
+TEST(Sampler, GreedyTakesLowestIdOnTies) {
+  std::vector<float> l = {1, 3, 3, 2};
+  EXPECT_EQ(Sampler::argmax(l.data(), 4), 1);
+  Sampler s({0.0f, 0, 1.0f, 0});
+  EXPECT_EQ(s.sample(l.data(), 4), 1);
+}
+
+TEST(Sampler, TopKOneIsGreedyAndSeedsReproduce) {
+  auto l = randn(100, 9);
+  Sampler k1({1.0f, 1, 1.0f, 42});
+  EXPECT_EQ(k1.sample(l.data(), 100), Sampler::argmax(l.data(), 100));
+  Sampler a({0.8f, 0, 0.9f, 7}), b({0.8f, 0, 0.9f, 7});
+  std::vector<int> sa, sb;
+  for (int i = 0; i < 50; ++i) {
+    sa.push_back(a.sample(l.data(), 100));
+    sb.push_back(b.sample(l.data(), 100));
+  }
+  EXPECT_EQ(sa, sb);
+}
+
+TEST(Sampler, TopPKeepsOnlyTheNucleus) {
+  std::vector<float> l = {10, 9.9f, -10, -10, -10};  // nucleus at p=0.5 is {0}; {0,1} at 0.9
+  Sampler s({1.0f, 0, 0.5f, 3});
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(s.sample(l.data(), 5), 0);
+  Sampler s2({1.0f, 0, 0.9f, 3});
+  for (int i = 0; i < 100; ++i) EXPECT_LE(s2.sample(l.data(), 5), 1);
+}
+
+TEST(Sampler, RejectsBadParameters) {
+  EXPECT_THROW(Sampler({-1.0f, 0, 1.0f, 0}), std::exception);
+  EXPECT_THROW(Sampler({1.0f, 0, 0.0f, 0}), std::exception);
+  EXPECT_THROW(Sampler({1.0f, -2, 1.0f, 0}), std::exception);
+}
+
+}  // namespace
+}  // namespace kvlm

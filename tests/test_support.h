@@ -1,0 +1,44 @@
+// Helpers shared by the tests: locating ../shared (skip loudly, or fail under
+// KVLM_REQUIRE_SHARED=1), temp files, running the kvlm binary, comparing floats.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace kvlm::test {
+
+std::string shared_dir();
+// Full path of a file under shared/, or "" when shared/ is missing.
+std::string shared_path(const std::string& rel);
+bool require_shared_env();
+std::string fixtures_dir();
+
+// Skips the test naming what was not checked, or fails it when KVLM_REQUIRE_SHARED=1.
+#define KVLM_NEED_SHARED(rel, what)                                                                   \
+  do {                                                                                                \
+    if (::kvlm::test::shared_path(rel).empty()) {                                                     \
+      if (::kvlm::test::require_shared_env())                                                         \
+        FAIL() << "KVLM_REQUIRE_SHARED=1 but " << ::kvlm::test::shared_dir() << "/" << rel            \
+               << " is missing; not checked: " << what;                                               \
+      GTEST_SKIP() << "SKIPPED: " << ::kvlm::test::shared_dir() << "/" << rel                         \
+                   << " is missing; NOT CHECKED: " << what;                                           \
+    }                                                                                                 \
+  } while (0)
+
+std::string temp_path(const std::string& name);
+void write_file(const std::string& path, const std::string& bytes);
+std::string read_file(const std::string& path);
+std::vector<float> read_f32(const std::string& path);
+
+struct RunResult {
+  int exit_code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs the built kvlm binary with the given arguments (shell-quoted here).
+RunResult run_kvlm(const std::vector<std::string>& args);
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace kvlm::test
