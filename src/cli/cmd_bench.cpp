@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,7 +27,7 @@ namespace {
 using nlohmann::json;
 
 struct BenchArgs {
-  std::string preset = "distilgpt2", model, tokenizer, prompt = "What is KV caching?", sweep_out = "kv_sweep.svg";
+  std::string preset = "distilgpt2", model, tokenizer, prompt = "What is KV caching?", prompt_ids, sweep_out = "kv_sweep.svg";
   int prompt_tokens = 0, runs = 10, warmup = 1, sweep_max = 1024, sweep_points = 16;
   std::vector<int> new_tokens = {20, 100};
   bool json = false, sweep = false, cache_on_only = false;
@@ -63,7 +64,9 @@ void progress(const std::string& what, int i, int n) {
 
 std::vector<int> prompt_ids(const BenchArgs& a, const Model& m) {
   std::vector<int> ids;
-  if (!a.model.empty()) {
+  if (!a.prompt_ids.empty()) {
+    ids = parse_ids(a.prompt_ids);
+  } else if (!a.model.empty()) {
     ids = load_tokenizer_for(a.model, a.tokenizer, m)->encode_prompt(a.prompt);
   } else {
     if (a.prompt != "What is KV caching?") fail("--prompt needs --model (a tokenizer); presets use token ids");
@@ -100,7 +103,7 @@ Stat measure(const Model& m, const std::vector<int>& prompt, bool cache, int new
 json sweep(const Model& m, const BenchArgs& a, std::vector<Series>& plot) {
   const int max_pos = std::min(a.sweep_max, m.cfg.max_seq_len - 1);
   if (max_pos < 2 * a.sweep_points) fail("--sweep-max ", max_pos, " is too small for the sweep");
-  std::vector<int> one = {preset_prompt_ids(m.cfg).empty() ? 0 : m.cfg.bos_id};
+  std::vector<int> one = {std::clamp(m.cfg.bos_id, 0, m.cfg.vocab_size - 1)};
   GenerateOptions opt;
   opt.max_new_tokens = max_pos;
   opt.stop_at_eos = false;
@@ -262,6 +265,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--model", a->model, "benchmark a real model (llama2.c .bin or HF folder) instead");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer for --model (default: found beside it)");
   sub->add_option("--prompt", a->prompt, "prompt text (with --model)");
+  sub->add_option("--prompt-ids", a->prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
   sub->add_option("--prompt-tokens", a->prompt_tokens, "repeat the prompt's ids to N tokens")->check(CLI::PositiveNumber);
   sub->add_option("--new-tokens", a->new_tokens, "TPOT lengths (default 20 100)")->delimiter(',')->check(CLI::Range(2, 1 << 20));
   sub->add_option("--runs", a->runs, "timed runs per cell (default 10)")->check(CLI::Range(1, 100000));

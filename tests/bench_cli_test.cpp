@@ -1,0 +1,43 @@
+// kvlm bench on a tiny fixture: the JSON carries TTFT/TPOT with and without the cache, KV bytes,
+// and the sweep writes a plot. (Speed itself is a benchmark, not a test: see docs/benchmarks.md.)
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace kvlm {
+namespace {
+
+TEST(BenchCli, JsonHasTheExperimentAndKvBytes) {
+  std::string svg = test::temp_path("sweep.svg");
+  auto r = test::run_kvlm({"bench", "--model", test::fixtures_dir() + "/gptneo_tiny", "--prompt-ids", "1,2,3,4",
+                           "--runs", "2", "--new-tokens", "5,10", "--json", "--sweep", "--sweep-max", "64",
+                           "--sweep-points", "4", "--sweep-out", svg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* mode : {"cache_on", "cache_off"}) {
+    EXPECT_GT(j["results"][mode]["ttft_ms"]["mean"].get<double>(), 0.0);
+    EXPECT_GT(j["results"][mode]["tpot_ms"]["5"]["mean"].get<double>(), 0.0);
+    EXPECT_GT(j["results"][mode]["tpot_ms"]["10"]["mean"].get<double>(), 0.0);
+  }
+  EXPECT_GT(j["speedup"]["tpot_10"].get<double>(), 0.0);
+  // 4 layers x 64 kv dims x 2 (K and V) x 4 bytes; the 2 local layers hold only 8 positions.
+  EXPECT_EQ(j["kv"]["bytes_per_token_formula"].get<int>(), 2 * 4 * 64 * 4);
+  EXPECT_EQ(j["kv"]["allocated_bytes"].get<size_t>(), 2u * (128 + 8 + 128 + 8) * 64 * 4);
+  EXPECT_EQ(j["kv"]["windowed_layers"].get<int>(), 2);
+  EXPECT_EQ(j["sweep"].size(), 4u);
+  EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0.0);
+  EXPECT_NE(test::read_file(svg).find("<svg"), std::string::npos);
+}
+
+TEST(BenchCli, BadArgumentsAreErrors) {
+  auto r = test::run_kvlm({"bench", "--preset", "nope"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("unknown preset"), std::string::npos) << r.err;
+  r = test::run_kvlm({"bench", "--model", test::fixtures_dir() + "/gpt2_tiny", "--prompt-ids", "1", "--new-tokens",
+                      "500", "--runs", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("exceed the context"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kvlm
