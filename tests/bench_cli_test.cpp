@@ -20,10 +20,10 @@ TEST(BenchCli, JsonHasTheExperimentAndKvBytes) {
     EXPECT_GT(j["results"][mode]["tpot_ms"]["10"]["mean"].get<double>(), 0.0);
   }
   EXPECT_GT(j["speedup"]["tpot_10"].get<double>(), 0.0);
-  // 4 layers x 64 kv dims x 2 (K and V) x 4 bytes; the 2 local layers hold only 8 positions.
-  EXPECT_EQ(j["kv"]["bytes_per_token_formula"].get<int>(), 2 * 4 * 64 * 4);
-  EXPECT_EQ(j["kv"]["allocated_bytes"].get<size_t>(), 2u * (128 + 8 + 128 + 8) * 64 * 4);
-  EXPECT_EQ(j["kv"]["windowed_layers"].get<int>(), 2);
+  // 2 layers x 64 kv dims x 2 (K and V) x 4 bytes; the local layer holds only 8 positions.
+  EXPECT_EQ(j["kv"]["bytes_per_token_formula"].get<int>(), 2 * 2 * 64 * 4);
+  EXPECT_EQ(j["kv"]["allocated_bytes"].get<size_t>(), 2u * (128 + 8) * 64 * 4);
+  EXPECT_EQ(j["kv"]["windowed_layers"].get<int>(), 1);
   EXPECT_EQ(j["sweep"].size(), 4u);
   EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0.0);
   EXPECT_NE(test::read_file(svg).find("<svg"), std::string::npos);

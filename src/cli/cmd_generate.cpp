@@ -10,7 +10,7 @@ namespace kvlm::cli {
 namespace {
 struct GenerateArgs {
   std::string model, tokenizer, prompt;
-  int max_new_tokens = 128;
+  int max_new_tokens = 128, ctx = 0;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
   uint64_t seed = 0;
@@ -26,6 +26,7 @@ int run_generate(const GenerateArgs& a) {
   opt.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
   opt.use_kv_cache = !a.no_kv_cache;
   opt.stop_at_eos = !a.ignore_eos;
+  opt.context = a.ctx;
   int prev = prompt.back();
   std::string text;
   if (!a.json) {
@@ -75,6 +76,8 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--seed", a->seed, "sampling seed");
   sub->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence at every step");
   sub->add_flag("--json", a->json, "print one JSON object instead of streaming text");
+  sub->add_option("--ctx", a->ctx, "context length (default: the model's); RoPE models may exceed it")
+      ->check(CLI::Range(1, 1 << 24));
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS/BOS");
   return [a] { return run_generate(*a); };
 }

@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 std::string resolve_tokenizer(const std::string& model_path, const std::string& explicit_path) {
   if (!explicit_path.empty()) return explicit_path;
   fs::path p(model_path);
-  if (fs::is_directory(p)) return p.string();
+  if (fs::is_directory(p) || p.extension() == ".gguf") return p.string();
   fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
   if (fs::exists(dir / "tokenizer.bin")) return (dir / "tokenizer.bin").string();
   std::vector<fs::path> found;

@@ -10,7 +10,7 @@
 
 namespace kvlm::cli {
 
-// Tokenizer path: the explicit one, else tokenizer.json in an HF folder, else tokenizer.bin or
+// Tokenizer path: the explicit one, else tokenizer.json in an HF folder, the GGUF itself, else tokenizer.bin or
 // the only tok*.bin beside a llama2.c checkpoint.
 std::string resolve_tokenizer(const std::string& model_path, const std::string& explicit_path);
 std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_path, const std::string& explicit_path,

@@ -61,7 +61,7 @@ void parse_safetensors(const uint8_t* data, size_t size, const std::string& labe
       numel = checked_mul(numel, dim, label + ": tensor " + name);
       t.shape.push_back(static_cast<int64_t>(dim));
     }
-    uint64_t nbytes = checked_mul(numel, dtype_size(t.dtype), label + ": tensor " + name);
+    uint64_t nbytes = checked_mul(numel, dtype_block_bytes(t.dtype), label + ": tensor " + name);
     uint64_t begin = json_u64(e["data_offsets"][0], label, name, "data_offsets");
     uint64_t end = json_u64(e["data_offsets"][1], label, name, "data_offsets");
     if (begin > end) fail(label, ": tensor ", name, ": data_offsets begin ", begin, " > end ", end);

@@ -55,6 +55,7 @@ void bind_learned_embeddings(const TensorSource& s, const std::string& p, Model&
 
 void bind_gpt_layer_norms_and_mlp(const TensorSource& s, const std::string& lp, const ModelConfig& c,
                                   LayerWeights& L, bool conv) {
+  // conv: HF Conv1D [in][out] layout; otherwise nn.Linear [out][in].
   L.attn_norm = s.read_f32(lp + "ln_1.weight", {c.dim});
   L.attn_norm_bias = s.read_f32(lp + "ln_1.bias", {c.dim});
   L.mlp_norm = s.read_f32(lp + "ln_2.weight", {c.dim});
@@ -94,7 +95,7 @@ void bind_llama(const TensorSource& s, Model& m) {
   if (!c.tied_embeddings) m.lm_head = linear(s, "lm_head", c.vocab_size, c.dim, false);
 }
 
-void bind_gpt2(const TensorSource& s, Model& m) {
+void bind_gpt2(const TensorSource& s, Model& m, bool conv1d_layout) {
   const ModelConfig& c = m.cfg;
   std::string p = gpt_prefix(s);
   bind_learned_embeddings(s, p, m);
@@ -102,13 +103,15 @@ void bind_gpt2(const TensorSource& s, Model& m) {
   for (int i = 0; i < c.n_layers; ++i) {
     std::string lp = p + "h." + std::to_string(i) + ".";
     LayerWeights& L = m.layers[i];
-    bind_gpt_layer_norms_and_mlp(s, lp, c, L, /*conv=*/true);
-    Linear qkv = conv1d(s, lp + "attn.c_attn", c.dim, 3 * c.dim);
+    bind_gpt_layer_norms_and_mlp(s, lp, c, L, conv1d_layout);
+    Linear qkv = conv1d_layout ? conv1d(s, lp + "attn.c_attn", c.dim, 3 * c.dim)
+                               : linear(s, lp + "attn.c_attn", 3 * c.dim, c.dim, true);
     L.wq = rows(qkv, 0, c.dim);
     L.wk = rows(qkv, c.dim, c.dim);
     L.wv = rows(qkv, 2 * c.dim, c.dim);
-    L.wo = conv1d(s, lp + "attn.c_proj", c.dim, c.dim);
+    L.wo = conv1d_layout ? conv1d(s, lp + "attn.c_proj", c.dim, c.dim) : linear(s, lp + "attn.c_proj", c.dim, c.dim, true);
   }
+  if (!c.tied_embeddings) m.lm_head = linear(s, "lm_head", c.vocab_size, c.dim, false);
 }
 
 void bind_gpt_neo(const TensorSource& s, Model& m) {

@@ -6,7 +6,8 @@
 namespace kvlm {
 
 void bind_llama(const TensorSource& src, Model& m);   // llama, mistral, qwen2, llama2.c
-void bind_gpt2(const TensorSource& src, Model& m);    // GPT2LMHeadModel (Conv1D weights [in][out])
+// GPT2LMHeadModel: HF stores Conv1D weights [in][out]; GGUF already holds them [out][in].
+void bind_gpt2(const TensorSource& src, Model& m, bool conv1d_layout = true);
 void bind_gpt_neo(const TensorSource& src, Model& m); // GPTNeoForCausalLM
 
 }  // namespace kvlm

@@ -25,6 +25,11 @@ struct ModelConfig {
   NormKind norm = NormKind::RMSNorm;
   RopeKind rope = RopeKind::None;
   float rope_theta = 10000.0f;
+  // rope_scaling: "" (none), "linear", or "llama3" (Llama 3.1's frequency-dependent rescaling).
+  std::string rope_scaling;
+  float rope_factor = 1.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
+  int rope_original_max_pos = 8192;
+  std::vector<float> rope_freq_divisors;  // [head_dim/2] from GGUF rope_freqs: freq_i /= divisor_i
   MlpKind mlp = MlpKind::SwiGLU;
   bool learned_positions = false;  // GPT-2 / GPT-Neo position embeddings
   float attn_scale = 0.0f;         // multiplier on q.k; 1/sqrt(head_dim) unless the arch says otherwise

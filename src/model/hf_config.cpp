@@ -72,9 +72,37 @@ ModelConfig llama_family(const Reader& r, const std::string& type) {
   c.eos_id = r.integer_or("eos_token_id", 2);
   int window = 0;
   if (type == "mistral") window = r.integer_or("sliding_window", 0);
-  if (type == "qwen2" && r.boolean_or("use_sliding_window", false)) window = r.integer_or("sliding_window", 0);
+  if (type == "qwen2" && (r.boolean_or("use_sliding_window", false) || r.has("layer_types")))
+    window = r.integer_or("sliding_window", 0);
   c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, window);
-  if (r.has("rope_scaling")) fail(r.label, ": rope_scaling is not supported yet");
+  // transformers >= 5 nests theta and scaling in rope_parameters; older configs use
+  // rope_theta plus rope_scaling.
+  const char* scaling_key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (r.has(scaling_key)) {
+    const json& rs = r.j[scaling_key];
+    if (!rs.is_object()) fail(r.label, ": ", scaling_key, " must be an object");
+    Reader s{rs, r.label};
+    c.rope_theta = s.number_or("rope_theta", c.rope_theta);
+    std::string type = s.string_or("rope_type", s.string_or("type", ""));
+    if (type == "default") type = "";
+    if (type != "" && type != "linear" && type != "llama3")
+      fail(r.label, ": unsupported rope scaling type '", type, "' (supported: linear, llama3)");
+    c.rope_scaling = type;
+    c.rope_factor = s.number_or("factor", 1.0f);
+    c.rope_low_freq_factor = s.number_or("low_freq_factor", 1.0f);
+    c.rope_high_freq_factor = s.number_or("high_freq_factor", 4.0f);
+    c.rope_original_max_pos = s.integer_or("original_max_position_embeddings", 8192);
+    if (!(c.rope_factor > 0) || !(c.rope_high_freq_factor > c.rope_low_freq_factor) || c.rope_original_max_pos <= 0)
+      fail(r.label, ": rope scaling values out of range");
+  }
+  // Per-layer sliding windows: layer_types (transformers >= 5) or one window for all layers.
+  if (r.has("layer_types") && window > 0) {
+    const json& lt = r.j["layer_types"];
+    if (!lt.is_array() || static_cast<int>(lt.size()) != c.n_layers)
+      fail(r.label, ": layer_types must list one entry per layer");
+    for (int i = 0; i < c.n_layers; ++i)
+      c.layer_window[i] = lt[i] == "sliding_attention" ? window : 0;
+  }
   return c;
 }
 

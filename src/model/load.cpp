@@ -1,4 +1,4 @@
-// load_model: picks the reader by path (HF folder or llama2.c .bin) and binds the weights.
+// load_model: picks the reader by path (HF folder, GGUF, or llama2.c .bin) and binds the weights.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "io/llama2c.h"
+#include "model/gguf_model.h"
 #include "io/safetensors.h"
 #include "model/bind_weights.h"
 #include "model/hf_config.h"
@@ -30,8 +32,27 @@ size_t Model::weight_bytes() const {
 void Model::init_rope() {
   rope_inv_freq.clear();
   if (cfg.rope == RopeKind::None) return;
-  for (int i = 0; i < cfg.head_dim / 2; ++i)
-    rope_inv_freq.push_back(1.0f / std::pow(cfg.rope_theta, (2.0f * i) / cfg.head_dim));
+  const double pi = 3.14159265358979323846;
+  for (int i = 0; i < cfg.head_dim / 2; ++i) {
+    double f = 1.0 / std::pow(static_cast<double>(cfg.rope_theta), (2.0 * i) / cfg.head_dim);
+    if (cfg.rope_scaling == "linear") {
+      f /= cfg.rope_factor;
+    } else if (cfg.rope_scaling == "llama3") {
+      // Long wavelengths are slowed by `factor`, short ones kept, the band between blended.
+      double low_wavelen = cfg.rope_original_max_pos / cfg.rope_low_freq_factor;
+      double high_wavelen = cfg.rope_original_max_pos / cfg.rope_high_freq_factor;
+      double wavelen = 2 * pi / f;
+      if (wavelen > low_wavelen) {
+        f /= cfg.rope_factor;
+      } else if (wavelen >= high_wavelen) {
+        double smooth = (cfg.rope_original_max_pos / wavelen - cfg.rope_low_freq_factor) /
+                        (cfg.rope_high_freq_factor - cfg.rope_low_freq_factor);
+        f = (1 - smooth) * f / cfg.rope_factor + smooth * f;
+      }
+    }
+    if (!cfg.rope_freq_divisors.empty()) f /= cfg.rope_freq_divisors[i];
+    rope_inv_freq.push_back(static_cast<float>(f));
+  }
 }
 
 namespace {
@@ -117,6 +138,7 @@ std::unique_ptr<Model> load_model(const std::string& path) {
     return load_hf(p);
   }
   if (!fs::exists(p)) fail(path, ": no such file or folder");
+  if (looks_like_gguf(path)) return load_gguf_model(*read_gguf(path));
   return load_llama2c(path);
 }
 

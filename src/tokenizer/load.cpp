@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/gguf.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/gpt2_bpe.h"
 #include "tokenizer/sentencepiece_bpe.h"
 
@@ -200,6 +202,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   if (name == "encoder.json") return gpt2_from_files(path, (p.parent_path() / "vocab.bpe").string());
   if (name == "vocab.json") return gpt2_from_files(path, (p.parent_path() / "merges.txt").string());
   if (p.extension() == ".json") return from_tokenizer_json(path);
+  if (looks_like_gguf(path)) return tokenizer_from_gguf(*read_gguf(path));
   return read_llama2c_tokenizer(path);
 }
 

@@ -37,7 +37,9 @@ void SentencePieceBpe::index_pieces() {
 }
 
 std::unique_ptr<SentencePieceBpe> SentencePieceBpe::from_scores(std::vector<std::string> pieces,
-                                                                 std::vector<float> scores) {
+                                                                 std::vector<float> scores,
+                                                                 const std::vector<bool>& mergeable) {
+  if (scores.size() != pieces.size()) fail("tokenizer has ", pieces.size(), " pieces but ", scores.size(), " scores");
   auto t = std::make_unique<SentencePieceBpe>();
   t->pieces_ = std::move(pieces);
   t->index_pieces();
@@ -45,7 +47,7 @@ std::unique_ptr<SentencePieceBpe> SentencePieceBpe::from_scores(std::vector<std:
   for (int id = 0; id < t->vocab_size(); ++id) {
     const std::string& p = t->pieces_[id];
     int dummy;
-    if (parse_byte_piece(p, dummy)) continue;
+    if (parse_byte_piece(p, dummy) || (!mergeable.empty() && !mergeable[id])) continue;
     for (size_t cut = 1; cut < p.size(); ++cut) {
       auto a = t->ids_.find(p.substr(0, cut)), b = t->ids_.find(p.substr(cut));
       if (a == t->ids_.end() || b == t->ids_.end()) continue;

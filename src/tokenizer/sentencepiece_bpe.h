@@ -14,7 +14,9 @@ namespace kvlm {
 class SentencePieceBpe : public Tokenizer {
  public:
   // scores: SentencePiece mode, a pair merges when its concatenation is a piece, highest score first.
-  static std::unique_ptr<SentencePieceBpe> from_scores(std::vector<std::string> pieces, std::vector<float> scores);
+  // mergeable[id] false (control/unknown tokens) keeps a piece from being produced by merges.
+  static std::unique_ptr<SentencePieceBpe> from_scores(std::vector<std::string> pieces, std::vector<float> scores,
+                                                       const std::vector<bool>& mergeable = {});
   // merges: tokenizer.json mode, pairs of piece strings in rank order.
   static std::unique_ptr<SentencePieceBpe> from_merges(std::vector<std::string> pieces,
                                                        const std::vector<std::pair<std::string, std::string>>& merges);

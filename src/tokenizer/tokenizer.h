@@ -23,6 +23,7 @@ class Tokenizer {
   int bos_id = -1;  // -1: none
   int eos_id = -1;
   bool add_bos = true;
+  std::string chat_template;  // from GGUF / tokenizer_config, kept for chat serving
 };
 
 // Loads from a llama2.c tok*.bin, a tokenizer.json, a GPT-2 encoder.json (+vocab.bpe beside it),

@@ -1,0 +1,51 @@
+// GGUF (v2, v3) reader: metadata of every value type, tensor infos, aligned data.
+// Every count, length, dimension and offset is checked against the bytes that remain before
+// anything is allocated or read: GGUF parsers elsewhere have had heap overflows through these.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "io/tensor_source.h"
+
+namespace kvlm {
+
+enum class GgufType : uint32_t {
+  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9, U64 = 10,
+  I64 = 11, F64 = 12
+};
+
+// A metadata value: scalars widen to int64/uint64/double; arrays hold one element type.
+struct GgufValue {
+  GgufType type = GgufType::U32;
+  GgufType elem_type = GgufType::U32;  // for arrays
+  std::variant<int64_t, uint64_t, double, bool, std::string> scalar;
+  std::vector<GgufValue> array;
+
+  bool is_integer() const;
+  int64_t as_int(const std::string& key) const;      // throws unless an integer that fits
+  double as_float(const std::string& key) const;     // integer or float
+  const std::string& as_string(const std::string& key) const;
+};
+
+struct GgufFile {
+  uint32_t version = 0;
+  uint64_t alignment = 32;
+  std::map<std::string, GgufValue> meta;
+  TensorSource tensors;  // names as stored; shapes outermost first (GGUF dims reversed)
+  std::string path;
+
+  bool has(const std::string& key) const { return meta.count(key) != 0; }
+  const GgufValue& get(const std::string& key) const;  // throws naming the key
+};
+
+std::unique_ptr<GgufFile> read_gguf(const std::string& path);
+// Parses bytes already in memory; `keep` owns them when non-null (used by read_gguf).
+std::unique_ptr<GgufFile> parse_gguf(const uint8_t* data, size_t size, const std::string& label,
+                                     std::shared_ptr<MappedFile> keep = nullptr);
+bool looks_like_gguf(const std::string& path);
+
+}  // namespace kvlm
