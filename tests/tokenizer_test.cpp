@@ -23,7 +23,7 @@ TEST(Gpt2Tokenizer, AllGoldenCasesEncodeAndRoundTrip) {
     for (const json& c : g[key]) {
       std::string text = c["text"].get<std::string>();
       std::vector<int> want = c["ids"].get<std::vector<int>>();
-      std::vector<int> got = c.contains("allowed_special") ? gpt2->encode_with_special(text) : gpt2->encode(text);
+      std::vector<int> got = c.contains("allowed_special") ? gpt2->encode_with_specials(text) : gpt2->encode(text);
       EXPECT_EQ(got, want) << key << ": " << c.dump();
       EXPECT_EQ(tok->decode_all(want), text) << key << ": " << c.dump();
       ++checked;
@@ -36,7 +36,7 @@ TEST(Gpt2Tokenizer, EndOfTextIsPlainTextUnlessAllowed) {
   auto tok = load_tokenizer(test::shared_path("tokenizers/gpt2/encoder.json"));
   auto* gpt2 = dynamic_cast<Gpt2Bpe*>(tok.get());
   EXPECT_GT(gpt2->encode("<|endoftext|>").size(), 1u);
-  EXPECT_EQ(gpt2->encode_with_special("<|endoftext|>"), std::vector<int>{50256});
+  EXPECT_EQ(gpt2->encode_with_specials("<|endoftext|>"), std::vector<int>{50256});
   // Invalid UTF-8 still encodes (byte by byte) and round-trips.
   std::string bad = "a\xff\xfe b";
   EXPECT_EQ(tok->decode_all(tok->encode(bad)), bad);

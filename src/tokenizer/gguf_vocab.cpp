@@ -80,6 +80,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
       merges.push_back({m.substr(0, sp), m.substr(sp + 1)});
     }
     tok = std::make_unique<Gpt2Bpe>(map, merges, special);
+    tok->specials = special;
     tok->add_bos = false;
   } else {
     fail(g.path, ": unsupported tokenizer.ggml.model '", model, "' (supported: llama, gpt2)");

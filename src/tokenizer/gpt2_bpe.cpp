@@ -57,8 +57,7 @@ const std::vector<std::string>& gpt2_byte_to_unicode() {
 
 Gpt2Bpe::Gpt2Bpe(const std::unordered_map<std::string, int>& vocab,
                  const std::vector<std::pair<std::string, std::string>>& merges,
-                 std::map<std::string, int> special_tokens)
-    : special_(std::move(special_tokens)) {
+                 std::map<std::string, int> special_tokens) {
   std::unordered_map<std::string, int> inv;
   const auto& table = gpt2_byte_to_unicode();
   for (int b = 0; b < 256; ++b) inv[table[b]] = b;
@@ -67,10 +66,10 @@ Gpt2Bpe::Gpt2Bpe(const std::unordered_map<std::string, int>& vocab,
     if (id < 0 || id > 16 * 1024 * 1024) fail("GPT-2 vocabulary id ", id, " out of range");
     max_id = std::max(max_id, id);
   }
-  for (auto& [s, id] : special_) max_id = std::max(max_id, id);
+  for (auto& [s, id] : special_tokens) max_id = std::max(max_id, id);
   pieces_.assign(max_id + 1, "");
-  for (auto& [s, id] : vocab) pieces_[id] = special_.count(s) ? s : unicode_to_bytes(s, inv);
-  for (auto& [s, id] : special_) pieces_[id] = s;
+  for (auto& [s, id] : vocab) pieces_[id] = special_tokens.count(s) ? s : unicode_to_bytes(s, inv);
+  for (auto& [s, id] : special_tokens) pieces_[id] = s;
   for (int b = 0; b < 256; ++b) {
     auto it = vocab.find(table[b]);
     if (it == vocab.end()) fail("GPT-2 vocabulary lacks the token for byte ", b);
@@ -133,7 +132,7 @@ void Gpt2Bpe::encode_chunk(const std::string& text, std::vector<int>& out) const
   pcre2_match_data_free(md);
 }
 
-std::vector<int> Gpt2Bpe::encode(const std::string& text) const {
+std::vector<int> Gpt2Bpe::encode_ordinary(const std::string& text) const {
   std::vector<int> out;
   // PCRE2 in UTF mode needs valid UTF-8; invalid bytes are encoded one by one.
   size_t pos = 0;
@@ -151,28 +150,6 @@ std::vector<int> Gpt2Bpe::encode(const std::string& text) const {
     if (i > pos) encode_chunk(text.substr(pos, i - pos), out);
     if (i < text.size()) out.push_back(byte_ids_[static_cast<unsigned char>(text[i++])]);
     pos = i;
-  }
-  return out;
-}
-
-std::vector<int> Gpt2Bpe::encode_with_special(const std::string& text) const {
-  std::vector<int> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t best = std::string::npos;
-    const std::pair<const std::string, int>* hit = nullptr;
-    for (auto& sp : special_) {
-      size_t f = text.find(sp.first, pos);
-      if (f != std::string::npos && (f < best || (f == best && sp.first.size() > hit->first.size()))) {
-        best = f;
-        hit = &sp;
-      }
-    }
-    std::vector<int> part = encode(text.substr(pos, best == std::string::npos ? std::string::npos : best - pos));
-    out.insert(out.end(), part.begin(), part.end());
-    if (!hit) break;
-    out.push_back(hit->second);
-    pos = best + hit->first.size();
   }
   return out;
 }

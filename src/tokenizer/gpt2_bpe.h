@@ -20,10 +20,7 @@ class Gpt2Bpe : public Tokenizer {
           std::map<std::string, int> special_tokens);
   ~Gpt2Bpe() override;
 
-  // Plain text: special-token strings are encoded as ordinary text (tiktoken's encode_ordinary).
-  std::vector<int> encode(const std::string& text) const override;
-  // Special-token strings in `text` become their ids.
-  std::vector<int> encode_with_special(const std::string& text) const;
+  std::vector<int> encode_ordinary(const std::string& text) const override;
   std::string decode(int prev, int token) const override;
   int vocab_size() const override { return static_cast<int>(pieces_.size()); }
 
@@ -33,7 +30,6 @@ class Gpt2Bpe : public Tokenizer {
   std::vector<std::string> pieces_;  // id -> raw bytes
   int byte_ids_[256];                // id of each single byte's token
   MergeTable merges_;
-  std::map<std::string, int> special_;
   void* regex_ = nullptr;  // pcre2_code_8*
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<std::string, std::vector<int>> cache_;  // pre-token -> ids

@@ -25,6 +25,37 @@ std::string Tokenizer::decode_all(const std::vector<int>& ids, int prev) const {
   return s;
 }
 
+std::vector<int> Tokenizer::encode(const std::string& text) const {
+  return parse_specials ? encode_with_specials(text) : encode_ordinary(text);
+}
+
+std::vector<int> Tokenizer::encode_with_specials(const std::string& text) const {
+  // Split on the earliest (then longest) special string; encode the text between normally.
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t best = std::string::npos;
+    const std::pair<const std::string, int>* hit = nullptr;
+    for (auto& sp : specials) {
+      if (sp.first.empty()) continue;
+      size_t f = text.find(sp.first, pos);
+      if (f != std::string::npos && (f < best || (f == best && sp.first.size() > hit->first.size()))) {
+        best = f;
+        hit = &sp;
+      }
+    }
+    size_t end = hit ? best : text.size();
+    if (end > pos) {
+      std::vector<int> part = encode_ordinary(text.substr(pos, end - pos));
+      out.insert(out.end(), part.begin(), part.end());
+    }
+    if (!hit) break;
+    out.push_back(hit->second);
+    pos = best + hit->first.size();
+  }
+  return out;
+}
+
 std::vector<int> Tokenizer::encode_prompt(const std::string& text) const {
   std::vector<int> ids;
   if (add_bos && bos_id >= 0) ids.push_back(bos_id);
@@ -83,6 +114,7 @@ std::unique_ptr<Tokenizer> gpt2_from_files(const std::string& vocab_path, const 
   std::map<std::string, int> special;
   if (vocab.count("<|endoftext|>")) special["<|endoftext|>"] = vocab["<|endoftext|>"];
   auto t = std::make_unique<Gpt2Bpe>(vocab, merges_from_text(merges_path), special);
+  t->specials = special;
   t->add_bos = false;
   if (!special.empty()) t->bos_id = t->eos_id = special.begin()->second;
   return t;
@@ -147,6 +179,8 @@ std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
                     j["pre_tokenizer"].value("type", "") == "ByteLevel";
   if (byte_level) {
     auto t = std::make_unique<Gpt2Bpe>(vocab, merges, added);
+    t->specials = added;
+    t->parse_specials = true;  // HF splits added tokens out of the text before the model runs
     t->add_bos = false;
     t->bos_id = t->eos_id = special_id("<|endoftext|>");
     return t;
@@ -175,6 +209,8 @@ std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
     m.second = unmeta(m.second);
   }
   auto t = SentencePieceBpe::from_merges(std::move(pieces), merges);
+  t->specials = added;
+  t->parse_specials = true;
   bool split = false;
   t->dummy_prefix = wants_dummy_prefix(j, split);
   t->split_on_space = split;
@@ -193,7 +229,7 @@ std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   fs::path p(path);
   if (fs::is_directory(p)) {
-    for (const char* name : {"tokenizer.json", "encoder.json", "vocab.json", "tokenizer.bin"})
+    for (const char* name : {"tokenizer.json", "encoder.json", "vocab.json", "tokenizer.model", "tokenizer.bin"})
       if (fs::exists(p / name)) return load_tokenizer((p / name).string());
     fail(path, ": folder holds no tokenizer.json, encoder.json, vocab.json or tokenizer.bin");
   }
@@ -203,6 +239,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   if (name == "vocab.json") return gpt2_from_files(path, (p.parent_path() / "merges.txt").string());
   if (p.extension() == ".json") return from_tokenizer_json(path);
   if (looks_like_gguf(path)) return tokenizer_from_gguf(*read_gguf(path));
+  if (p.extension() == ".model") return read_sentencepiece_model(path);
   return read_llama2c_tokenizer(path);
 }
 

@@ -94,10 +94,19 @@ void SentencePieceBpe::encode_word(const std::string& text, std::vector<int>& ou
   out.insert(out.end(), ids.begin(), ids.end());
 }
 
-std::vector<int> SentencePieceBpe::encode(const std::string& text) const {
+std::vector<int> SentencePieceBpe::encode_ordinary(const std::string& text) const {
   std::vector<int> out;
   if (text.empty()) return out;
-  std::string s = dummy_prefix ? " " + text : text;
+  // SentencePiece writes spaces as U+2581, so a literal U+2581 in the text is a space too.
+  std::string s = dummy_prefix ? " " : "";
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text.compare(i, 3, "\xE2\x96\x81") == 0) {
+      s += ' ';
+      i += 2;
+    } else {
+      s += text[i];
+    }
+  }
   if (!split_on_space) {
     encode_word(s, out);
     return out;

@@ -21,7 +21,7 @@ class SentencePieceBpe : public Tokenizer {
   static std::unique_ptr<SentencePieceBpe> from_merges(std::vector<std::string> pieces,
                                                        const std::vector<std::pair<std::string, std::string>>& merges);
 
-  std::vector<int> encode(const std::string& text) const override;
+  std::vector<int> encode_ordinary(const std::string& text) const override;
   std::string decode(int prev, int token) const override;
   int vocab_size() const override { return static_cast<int>(pieces_.size()); }
 
@@ -39,6 +39,9 @@ class SentencePieceBpe : public Tokenizer {
   int byte_ids_[256];  // id of <0xHH>, or -1
   MergeTable merges_;
 };
+
+// Reads a SentencePiece tokenizer.model (protobuf); BPE models only.
+std::unique_ptr<SentencePieceBpe> read_sentencepiece_model(const std::string& path);
 
 // Reads a llama2.c tokenizer export (tok512.bin, tokenizer.bin).
 std::unique_ptr<SentencePieceBpe> read_llama2c_tokenizer(const std::string& path, int vocab_size_hint = -1);

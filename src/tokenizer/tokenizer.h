@@ -1,6 +1,7 @@
 // Tokenizer interface: text <-> token ids. One algorithm per file behind it:
 // sentencepiece_bpe (llama2.c tok.bin, Llama tokenizer.json) and gpt2_bpe (byte-level BPE).
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,8 +11,13 @@ namespace kvlm {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // Ids for `text`, without BOS.
-  virtual std::vector<int> encode(const std::string& text) const = 0;
+  // Ids for `text`, without BOS. Special-token strings become their ids only when
+  // parse_specials is set (HF tokenizer.json does this; SentencePiece and tiktoken do not).
+  std::vector<int> encode(const std::string& text) const;
+  // Always turns special-token strings into their ids (tiktoken's allowed_special="all").
+  std::vector<int> encode_with_specials(const std::string& text) const;
+  // The algorithm itself, on text with no special tokens.
+  virtual std::vector<int> encode_ordinary(const std::string& text) const = 0;
   // Bytes that `token` adds to the text when it follows `prev` (-1 at the start).
   virtual std::string decode(int prev, int token) const = 0;
   virtual int vocab_size() const = 0;
@@ -23,6 +29,8 @@ class Tokenizer {
   int bos_id = -1;  // -1: none
   int eos_id = -1;
   bool add_bos = true;
+  std::map<std::string, int> specials;  // special/added token strings
+  bool parse_specials = false;
   std::string chat_template;  // from GGUF / tokenizer_config, kept for chat serving
 };
 
