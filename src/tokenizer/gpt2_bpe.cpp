@@ -63,7 +63,7 @@ Gpt2Bpe::Gpt2Bpe(const std::unordered_map<std::string, int>& vocab,
   for (int b = 0; b < 256; ++b) inv[table[b]] = b;
   int max_id = -1;
   for (auto& [s, id] : vocab) {
-    if (id < 0 || id > 16 * 1024 * 1024) fail("GPT-2 vocabulary id ", id, " out of range");
+    if (id < 0 || id > (1 << 22)) fail("GPT-2 vocabulary id ", id, " out of range");
     max_id = std::max(max_id, id);
   }
   for (auto& [s, id] : special_tokens) max_id = std::max(max_id, id);

@@ -84,8 +84,8 @@ std::unordered_map<std::string, int> vocab_map(const json& v, const std::string&
   if (!v.is_object()) fail(label, ": vocabulary must be a JSON object of token -> id");
   std::unordered_map<std::string, int> out;
   for (auto& [k, id] : v.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > 16 * 1024 * 1024)
-      fail(label, ": vocabulary id for '", k, "' must be an integer in [0, 16M]");
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 22))
+      fail(label, ": vocabulary id for '", k, "' must be an integer in [0, 4M]");
     out[k] = id.get<int>();
   }
   return out;
@@ -143,8 +143,11 @@ bool wants_dummy_prefix(const json& j, bool& split) {
   return prefix;
 }
 
-std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
-  json j = parse_json(path);
+}  // namespace
+
+std::unique_ptr<Tokenizer> tokenizer_from_json(const std::string& text, const std::string& path) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) fail(path, ": not valid JSON");
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
     fail(path, ": missing 'model' object");
   const json& model = j["model"];
@@ -165,7 +168,7 @@ std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
   if (j.contains("added_tokens") && j["added_tokens"].is_array())
     for (const json& a : j["added_tokens"])
       if (a.is_object() && a.contains("content") && a["content"].is_string() && a.contains("id") &&
-          a["id"].is_number_integer() && a["id"].get<int64_t>() >= 0 && a["id"].get<int64_t>() < (1 << 24))
+          a["id"].is_number_integer() && a["id"].get<int64_t>() >= 0 && a["id"].get<int64_t>() < (1 << 22))
         added[a["content"].get<std::string>()] = a["id"].get<int>();
 
   auto special_id = [&](const char* name) {
@@ -224,8 +227,6 @@ std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
   return t;
 }
 
-}  // namespace
-
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   fs::path p(path);
   if (fs::is_directory(p)) {
@@ -237,7 +238,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   std::string name = p.filename().string();
   if (name == "encoder.json") return gpt2_from_files(path, (p.parent_path() / "vocab.bpe").string());
   if (name == "vocab.json") return gpt2_from_files(path, (p.parent_path() / "merges.txt").string());
-  if (p.extension() == ".json") return from_tokenizer_json(path);
+  if (p.extension() == ".json") return tokenizer_from_json(slurp(path), path);
   if (looks_like_gguf(path)) return tokenizer_from_gguf(*read_gguf(path));
   if (p.extension() == ".model") return read_sentencepiece_model(path);
   return read_llama2c_tokenizer(path);

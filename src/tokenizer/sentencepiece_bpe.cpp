@@ -18,10 +18,10 @@ int utf8_len(unsigned char c) {
 }
 bool parse_byte_piece(const std::string& p, int& byte) {
   if (p.size() != 6 || p.compare(0, 3, "<0x") != 0 || p[5] != '>') return false;
-  char* end = nullptr;
-  long v = std::strtol(p.substr(3, 2).c_str(), &end, 16);
-  if (*end != 0) return false;
-  byte = static_cast<int>(v);
+  auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  int hi = hex(p[3]), lo = hex(p[4]);
+  if (hi < 0 || lo < 0) return false;
+  byte = hi * 16 + lo;
   return true;
 }
 }  // namespace

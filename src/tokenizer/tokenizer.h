@@ -37,5 +37,7 @@ class Tokenizer {
 // Loads from a llama2.c tok*.bin, a tokenizer.json, a GPT-2 encoder.json (+vocab.bpe beside it),
 // a vocab.json (+merges.txt), or a folder holding one of these.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+// A HF tokenizer.json given as text (`label` names it in errors).
+std::unique_ptr<Tokenizer> tokenizer_from_json(const std::string& text, const std::string& label);
 
 }  // namespace kvlm

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for SECONDS (default 30) on a copy of its seed corpus; fails on any crash.
+# Usage: fuzz/run.sh BUILD_DIR [SECONDS]
+set -euo pipefail
+build=$1
+secs=${2:-30}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for target in safetensors gguf config tokenizer_json llama2c; do
+  mkdir -p "$work/$target"
+  cp -r "$here/corpus/$target/." "$work/$target/"
+  echo "== fuzz_$target for ${secs}s on $(ls "$here/corpus/$target" | wc -l) seeds"
+  if ! "$build/fuzz/fuzz_$target" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+      -artifact_prefix="$work/" "$work/$target" >"$work/$target.log" 2>&1; then
+    tail -n 60 "$work/$target.log"
+    echo "fuzz_$target FAILED"
+    exit 1
+  fi
+  grep -E "^stat::(number_of_executed_units|peak_rss_mb)|^Done" "$work/$target.log" || true
+done
+echo "fuzzers ran clean"
