@@ -19,6 +19,10 @@ ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int max_len)
   }
 }
 
+void ContiguousKvCache::prepare(int pos, int n) {
+  if (pos < 0 || n < 0 || pos + n > max_len_) fail("KV cache overflow: position ", pos + n, " > capacity ", max_len_);
+}
+
 void ContiguousKvCache::store(int layer, int pos, int n, const float* k, const float* v) {
   if (pos < 0 || pos + n > max_len_) fail("KV cache overflow: position ", pos + n, " > capacity ", max_len_);
   // A ring keeps only the last `slots` positions of a long chunk.

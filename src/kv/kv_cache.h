@@ -16,6 +16,9 @@ class KvCache {
   virtual int length() const = 0;
   // Largest position count this cache can hold for global layers.
   virtual int capacity() const = 0;
+  // Called once per forward, before any layer stores: makes room for positions [pos, pos+n)
+  // (a paged cache allocates blocks and copies shared ones here). Throws if it cannot.
+  virtual void prepare(int pos, int n) = 0;
   // Stores rows for positions [pos, pos+n) of `layer`; k, v are [n][kv_dim].
   virtual void store(int layer, int pos, int n, const float* k, const float* v) = 0;
   // [kv_dim] rows for one stored position. Windowed layers only keep the last W positions.
@@ -35,6 +38,7 @@ class ContiguousKvCache : public KvCache {
 
   int length() const override { return length_; }
   int capacity() const override { return max_len_; }
+  void prepare(int pos, int n) override;
   void store(int layer, int pos, int n, const float* k, const float* v) override;
   const float* key(int layer, int pos) const override { return k_[layer].data() + slot(layer, pos); }
   const float* value(int layer, int pos) const override { return v_[layer].data() + slot(layer, pos); }

@@ -23,48 +23,59 @@ void norm_rows(const ModelConfig& c, const float* x, const std::vector<float>& w
   }
 }
 
-void apply_rope(const Model& m, float* x, int n, int n_heads, int pos0) {
+// Rows of the batch: which chunk each belongs to and its absolute position.
+struct RowInfo {
+  int chunk;
+  int pos;
+};
+
+void apply_rope(const Model& m, float* x, const std::vector<RowInfo>& rows, int n_heads) {
   const ModelConfig& c = m.cfg;
   if (c.rope == RopeKind::None) return;
-  for (int t = 0; t < n; ++t)
+  for (size_t t = 0; t < rows.size(); ++t)
     for (int h = 0; h < n_heads; ++h) {
-      float* v = x + (static_cast<size_t>(t) * n_heads + h) * c.head_dim;
+      float* v = x + (t * n_heads + h) * c.head_dim;
       if (c.rope == RopeKind::AdjacentPairs)
-        rope_adjacent(v, c.head_dim, pos0 + t, m.rope_inv_freq.data());
+        rope_adjacent(v, c.head_dim, rows[t].pos, m.rope_inv_freq.data());
       else
-        rope_rotate_half(v, c.head_dim, pos0 + t, m.rope_inv_freq.data());
+        rope_rotate_half(v, c.head_dim, rows[t].pos, m.rope_inv_freq.data());
     }
 }
 
-// out[n][q_dim]: each query attends to the cached positions and to the chunk's own K/V
-// (q, k, v are the chunk's [n][q_dim] / [n][kv_dim] rows), causally and within the window.
-void attention(const ModelConfig& c, const KvCache& kv, int layer, int pos0, int n, const float* q,
-               const float* k, const float* v, float* out) {
+// out[rows][q_dim]: each query attends to its sequence's cached positions and to its chunk's
+// own new K/V (rows of q, k, v), causally and within the layer's window.
+void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const std::vector<int>& first_row,
+               const std::vector<RowInfo>& rows, int layer, const float* q, const float* k, const float* v,
+               float* out) {
   const int hd = c.head_dim, group = c.n_heads / c.n_kv_heads, kv_dim = c.kv_dim(), q_dim = c.q_dim();
   const int window = c.layer_window[layer];
   auto body = [&](size_t b, size_t e) {
     std::vector<float> scores;
     for (size_t idx = b; idx < e; ++idx) {
-      int t = static_cast<int>(idx / c.n_heads), h = static_cast<int>(idx % c.n_heads);
-      int p = pos0 + t, kvh = h / group;
-      int lo = window > 0 ? std::max(0, p - window + 1) : 0;
+      const int t = static_cast<int>(idx / c.n_heads), h = static_cast<int>(idx % c.n_heads);
+      const RowInfo& r = rows[t];
+      const KvCache& kv = *chunks[r.chunk].kv;
+      const int pos0 = kv.length(), row0 = first_row[r.chunk];  // the chunk's first row is at pos0
+      const int p = r.pos, kvh = h / group;
+      const int lo = window > 0 ? std::max(0, p - window + 1) : 0;
       const float* qh = q + static_cast<size_t>(t) * q_dim + h * hd;
       scores.resize(p - lo + 1);
       for (int j = lo; j <= p; ++j) {
-        const float* kj = j < pos0 ? kv.key(layer, j) : k + static_cast<size_t>(j - pos0) * kv_dim;
+        const float* kj = j < pos0 ? kv.key(layer, j) : k + static_cast<size_t>(row0 + j - pos0) * kv_dim;
         scores[j - lo] = dot_f32(qh, kj + kvh * hd, hd) * c.attn_scale;
       }
       softmax(scores.data(), p - lo + 1);
       float* o = out + static_cast<size_t>(t) * q_dim + h * hd;
       std::fill(o, o + hd, 0.0f);
       for (int j = lo; j <= p; ++j) {
-        const float* vj = j < pos0 ? kv.value(layer, j) : v + static_cast<size_t>(j - pos0) * kv_dim;
+        const float* vj = j < pos0 ? kv.value(layer, j) : v + static_cast<size_t>(row0 + j - pos0) * kv_dim;
         axpy_f32(scores[j - lo], vj + kvh * hd, o, hd);
       }
     }
   };
-  const size_t items = static_cast<size_t>(n) * c.n_heads;
-  const size_t work = items * (pos0 + n) * hd;  // multiply-adds, roughly
+  const size_t items = rows.size() * c.n_heads;
+  size_t work = 0;  // multiply-adds, roughly
+  for (const RowInfo& r : rows) work += static_cast<size_t>(r.pos + 1) * hd * c.n_heads;
   if (work < (1u << 15))
     body(0, items);
   else
@@ -77,17 +88,30 @@ void add(float* x, const float* y, size_t n) {
 
 }  // namespace
 
-void forward(const Model& m, KvCache& kv, const int* tokens, int n, LogitsFor which, std::vector<float>& logits) {
+void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vector<float>& logits) {
   const ModelConfig& c = m.cfg;
-  const int pos0 = kv.length();
-  if (n <= 0) fail("forward needs at least one token");
-  if (pos0 + n > kv.capacity())
-    fail("sequence of ", pos0 + n, " tokens exceeds the context length ", kv.capacity());
-  if (c.learned_positions && pos0 + n > c.max_seq_len)
-    fail("sequence of ", pos0 + n, " tokens exceeds the model's ", c.max_seq_len, " learned positions");
   const size_t D = c.dim;
+  std::vector<RowInfo> rows;
+  std::vector<int> first_row;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SeqChunk& ch = chunks[i];
+    const int pos0 = ch.kv->length();
+    if (ch.n <= 0) fail("forward needs at least one token per sequence");
+    if (pos0 + ch.n > ch.kv->capacity())
+      fail("sequence of ", pos0 + ch.n, " tokens exceeds the context length ", ch.kv->capacity());
+    if (c.learned_positions && pos0 + ch.n > c.max_seq_len)
+      fail("sequence of ", pos0 + ch.n, " tokens exceeds the model's ", c.max_seq_len, " learned positions");
+    for (int t = 0; t < ch.n; ++t)
+      if (ch.tokens[t] < 0 || ch.tokens[t] >= c.vocab_size)
+        fail("token id ", ch.tokens[t], " is outside the vocabulary [0, ", c.vocab_size, ")");
+    first_row.push_back(static_cast<int>(rows.size()));
+    for (int t = 0; t < ch.n; ++t) rows.push_back({static_cast<int>(i), pos0 + t});
+  }
+  // Blocks are allocated (and shared blocks copied) before any layer writes.
+  for (const SeqChunk& ch : chunks) ch.kv->prepare(ch.kv->length(), ch.n);
+  const int n = static_cast<int>(rows.size());
 
-  // Activations, one row per token.
+  // Activations, one row per token of the batch.
   std::vector<float> x(n * D);                                      // [n][dim] residual stream
   std::vector<float> xn(n * D);                                     // [n][dim] normed
   std::vector<float> q(static_cast<size_t>(n) * c.q_dim());         // [n][q_dim]
@@ -99,10 +123,10 @@ void forward(const Model& m, KvCache& kv, const int* tokens, int n, LogitsFor wh
   std::vector<float> tmp(n * D);                                    // [n][dim]
 
   for (int t = 0; t < n; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
-      fail("token id ", tokens[t], " is outside the vocabulary [0, ", c.vocab_size, ")");
-    std::copy_n(m.tok_emb.data() + static_cast<size_t>(tokens[t]) * D, D, x.data() + t * D);
-    if (c.learned_positions) add(x.data() + t * D, m.pos_emb.data() + static_cast<size_t>(pos0 + t) * D, D);
+    const SeqChunk& ch = chunks[rows[t].chunk];
+    int tok = ch.tokens[t - first_row[rows[t].chunk]];
+    std::copy_n(m.tok_emb.data() + static_cast<size_t>(tok) * D, D, x.data() + t * D);
+    if (c.learned_positions) add(x.data() + t * D, m.pos_emb.data() + static_cast<size_t>(rows[t].pos) * D, D);
   }
 
   for (int l = 0; l < c.n_layers; ++l) {
@@ -111,10 +135,13 @@ void forward(const Model& m, KvCache& kv, const int* tokens, int n, LogitsFor wh
     L.wq.forward(xn.data(), n, q.data());
     L.wk.forward(xn.data(), n, k.data());
     L.wv.forward(xn.data(), n, v.data());
-    apply_rope(m, q.data(), n, c.n_heads, pos0);
-    apply_rope(m, k.data(), n, c.n_kv_heads, pos0);
-    attention(c, kv, l, pos0, n, q.data(), k.data(), v.data(), att.data());
-    kv.store(l, pos0, n, k.data(), v.data());
+    apply_rope(m, q.data(), rows, c.n_heads);
+    apply_rope(m, k.data(), rows, c.n_kv_heads);
+    attention(c, chunks, first_row, rows, l, q.data(), k.data(), v.data(), att.data());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      size_t off = static_cast<size_t>(first_row[i]) * c.kv_dim();
+      chunks[i].kv->store(l, chunks[i].kv->length(), chunks[i].n, k.data() + off, v.data() + off);
+    }
     L.wo.forward(att.data(), n, tmp.data());
     add(x.data(), tmp.data(), n * D);
 
@@ -130,15 +157,26 @@ void forward(const Model& m, KvCache& kv, const int* tokens, int n, LogitsFor wh
     L.w_down.forward(h1.data(), n, tmp.data());
     add(x.data(), tmp.data(), n * D);
   }
-  kv.set_length(pos0 + n);
+  for (const SeqChunk& ch : chunks) ch.kv->set_length(ch.kv->length() + ch.n);
 
-  const int first = which == LogitsFor::All ? 0 : n - 1, rows = n - first;
-  norm_rows(c, x.data() + first * D, m.final_norm, m.final_norm_bias, xn.data(), rows);
-  logits.resize(static_cast<size_t>(rows) * c.vocab_size);
+  // Final norm and LM head only on the rows whose logits are wanted.
+  std::vector<int> out_rows;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    int first = chunks[i].which == LogitsFor::All ? 0 : chunks[i].n - 1;
+    for (int t = first; t < chunks[i].n; ++t) out_rows.push_back(first_row[i] + t);
+  }
+  const int R = static_cast<int>(out_rows.size());
+  for (int r = 0; r < R; ++r) std::copy_n(x.data() + out_rows[r] * D, D, tmp.data() + r * D);
+  norm_rows(c, tmp.data(), m.final_norm, m.final_norm_bias, xn.data(), R);
+  logits.resize(static_cast<size_t>(R) * c.vocab_size);
   if (c.tied_embeddings)
-    matmul(m.tok_emb.data(), nullptr, c.vocab_size, c.dim, xn.data(), rows, logits.data());
+    matmul(m.tok_emb.data(), nullptr, c.vocab_size, c.dim, xn.data(), R, logits.data());
   else
-    m.lm_head.forward(xn.data(), rows, logits.data());
+    m.lm_head.forward(xn.data(), R, logits.data());
+}
+
+void forward(const Model& m, KvCache& kv, const int* tokens, int n, LogitsFor which, std::vector<float>& logits) {
+  forward_batch(m, {SeqChunk{&kv, tokens, n, which}}, logits);
 }
 
 }  // namespace kvlm

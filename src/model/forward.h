@@ -1,4 +1,5 @@
-// The one forward pass: prefill (many tokens) and decode (one token) are the same call.
+// The one forward pass: prefill (many tokens) and decode (one token) are the same call, and
+// several sequences run together in one batch, so each weight is read once per step.
 #pragma once
 #include <vector>
 
@@ -9,8 +10,19 @@ namespace kvlm {
 
 enum class LogitsFor { All, Last };
 
-// Runs tokens[0..n) at positions kv.length() .. kv.length()+n-1, stores their K/V in `kv`
-// and advances it. logits receives [n][vocab] (All) or [1][vocab] (Last).
+// One sequence's part of a batch: tokens[0..n) at positions kv->length() .. +n-1.
+struct SeqChunk {
+  KvCache* kv;
+  const int* tokens;
+  int n;
+  LogitsFor which;
+};
+
+// Runs every chunk, stores their K/V in their caches and advances them. logits receives, chunk
+// after chunk, [n][vocab] rows (All) or one [vocab] row (Last).
+void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vector<float>& logits);
+
+// A batch of one.
 void forward(const Model& m, KvCache& kv, const int* tokens, int n, LogitsFor which, std::vector<float>& logits);
 
 }  // namespace kvlm

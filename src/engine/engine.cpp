@@ -1,0 +1,215 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "model/forward.h"
+
+namespace kvlm {
+
+namespace {
+double clock_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Engine::Engine(const Model& m, EngineOptions opt) : model_(m), opt_(opt) {
+  if (opt_.context <= 0) opt_.context = m.cfg.max_seq_len;
+  if (opt_.block_size < 1) fail("block size must be >= 1");
+  if (opt_.num_blocks <= 0) opt_.num_blocks = (opt_.context + opt_.block_size - 1) / opt_.block_size;
+  if (opt_.max_batch_tokens < 1) fail("max batch tokens must be >= 1");
+  pool_ = std::make_unique<BlockPool>(m.cfg, opt_.block_size, opt_.num_blocks);
+}
+
+Engine::~Engine() {
+  for (auto& [id, s] : seqs_) s->cache.reset();  // blocks go back before the pool dies
+}
+
+double Engine::now_ms() const { return clock_ms(); }
+
+int Engine::add(SeqParams p) {
+  auto s = std::make_unique<Sequence>();
+  s->id = next_id_++;
+  s->sampler = std::make_unique<Sampler>(p.sampling);
+  s->tokens = p.prompt;
+  s->prompt_len = static_cast<int>(p.prompt.size());
+  s->params = std::move(p);
+  s->added_at_ms = now_ms();
+  int id = s->id;
+  Sequence& ref = *s;
+  seqs_[id] = std::move(s);
+  if (ref.tokens.empty()) {
+    finish(ref, SeqState::Failed, "prompt is empty: it needs at least one token");
+  } else if (static_cast<int>(ref.tokens.size()) > opt_.context) {
+    finish(ref, SeqState::Failed, "prompt of " + std::to_string(ref.tokens.size()) + " tokens is longer than the context of " +
+                                      std::to_string(opt_.context) + " tokens");
+  } else if (ref.params.max_new_tokens <= 0) {
+    finish(ref, SeqState::Finished);
+  } else {
+    stats_.prompt_tokens += ref.prompt_len;
+    waiting_.push_back(id);
+  }
+  return id;
+}
+
+int Engine::fork(int id, uint64_t seed) {
+  Sequence& p = *seqs_.at(id);
+  if (p.state != SeqState::Running || p.last_logits.empty() || p.generated() == 0)
+    fail("fork needs a running sequence that has produced a token");
+  auto s = std::make_unique<Sequence>();
+  s->id = next_id_++;
+  s->params = p.params;
+  s->params.sampling.seed = seed;
+  s->sampler = std::make_unique<Sampler>(s->params.sampling);
+  s->tokens = p.tokens;
+  s->prompt_len = p.prompt_len;
+  s->state = SeqState::Running;
+  s->cache = p.cache->fork();
+  s->last_logits = p.last_logits;
+  s->ttft_ms = p.ttft_ms;
+  s->added_at_ms = p.added_at_ms;
+  s->tokens.back() = s->sampler->sample(s->last_logits.data(), model_.cfg.vocab_size);
+  int nid = s->id;
+  seqs_[nid] = std::move(s);
+  running_.push_back(nid);
+  return nid;
+}
+
+void Engine::cancel(int id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail("no sequence ", id);
+  if (!it->second->done()) finish(*it->second, SeqState::Cancelled);
+}
+
+void Engine::remove(int id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  if (!it->second->done()) finish(*it->second, SeqState::Cancelled);
+  seqs_.erase(it);
+}
+
+const Sequence& Engine::seq(int id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail("no sequence ", id);
+  return *it->second;
+}
+
+bool Engine::has_work() const { return !waiting_.empty() || !running_.empty(); }
+
+void Engine::finish(Sequence& s, SeqState st, const std::string& error) {
+  s.state = st;
+  s.error = error;
+  s.cache.reset();  // full blocks stay in the pool as cached prefixes
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s.id), waiting_.end());
+  running_.erase(std::remove(running_.begin(), running_.end(), s.id), running_.end());
+}
+
+void Engine::preempt(Sequence& s) {
+  // Recompute later: drop its blocks, keep its tokens; it rejoins the head of the queue.
+  s.cache.reset();
+  s.state = SeqState::Waiting;
+  ++s.preemptions;
+  ++stats_.preemptions;
+  running_.erase(std::remove(running_.begin(), running_.end(), s.id), running_.end());
+  waiting_.push_front(s.id);
+}
+
+bool Engine::admit(Sequence& s, int& budget, int reserved, bool alone) {
+  s.cache = std::make_unique<PagedKvCache>(*pool_, opt_.context, s.params.salt);
+  int reused = opt_.prefix_cache ? s.cache->adopt_prefix(s.tokens) : 0;
+  int n = todo(s);
+  // An oversized prompt may run alone rather than never.
+  if ((n > budget && !alone) || s.cache->blocks_needed(s.cache->length(), n) + reserved > pool_->num_free()) {
+    s.cache.reset();
+    return false;
+  }
+  if (s.preemptions == 0) {
+    s.reused_tokens = std::min(reused, s.prompt_len);
+    stats_.reused_tokens += s.reused_tokens;
+  }
+  budget -= n;
+  s.state = SeqState::Running;
+  running_.push_back(s.id);
+  return true;
+}
+
+std::vector<StepEvent> Engine::step() {
+  std::vector<StepEvent> events;
+  const int vocab = model_.cfg.vocab_size;
+  int budget = opt_.max_batch_tokens;
+  int reserved = 0;  // blocks the scheduled sequences will take in prepare()
+  std::vector<Sequence*> batch;
+  auto need = [](const Sequence& s, int n) { return s.cache->blocks_needed(s.cache->length(), n); };
+  // 1. Running sequences first, oldest first; when the pool runs dry, the newest is preempted.
+  for (size_t i = 0; i < running_.size();) {
+    Sequence& s = *seqs_.at(running_[i]);
+    int n = todo(s);
+    if (need(s, n) + reserved > pool_->num_free()) {
+      preempt(*seqs_.at(running_.back()));  // never one already in the batch (those sit before i)
+      continue;
+    }
+    if (n > budget && !batch.empty()) break;
+    budget -= n;
+    reserved += need(s, n);
+    batch.push_back(&s);
+    ++i;
+  }
+  // 2. Admit waiting sequences in order while they fit.
+  if (batch.size() == running_.size()) {
+    while (!waiting_.empty()) {
+      Sequence& s = *seqs_.at(waiting_.front());
+      int total_need = (static_cast<int>(s.tokens.size()) + opt_.block_size - 1) / opt_.block_size;
+      if (total_need > pool_->num_blocks()) {  // can never fit: fail it, keep serving the others
+        int id = s.id;
+        finish(s, SeqState::Failed, "needs " + std::to_string(total_need) + " KV blocks but the pool has " +
+                                        std::to_string(pool_->num_blocks()));
+        events.push_back({id, -1, true});
+        continue;
+      }
+      if (!admit(s, budget, reserved, batch.empty())) break;
+      waiting_.pop_front();
+      reserved += need(s, todo(s));
+      batch.push_back(&s);
+    }
+  }
+  if (batch.empty()) return events;
+
+  // 3. One forward over every scheduled sequence.
+  std::vector<SeqChunk> chunks;
+  for (Sequence* s : batch) {
+    int n = todo(*s);
+    chunks.push_back({s->cache.get(), s->tokens.data() + s->cache->length(), n, LogitsFor::Last});
+    stats_.computed_tokens += n;
+  }
+  std::vector<float> logits;
+  forward_batch(model_, chunks, logits);
+  ++stats_.steps;
+
+  // 4. Sample, append, finish.
+  const double t = now_ms();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence& s = *batch[i];
+    s.cache->publish_full_blocks(s.tokens);
+    s.last_logits.assign(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+    int tok = s.sampler->sample(s.last_logits.data(), vocab);
+    s.tokens.push_back(tok);
+    ++stats_.generated_tokens;
+    if (s.ttft_ms < 0) s.ttft_ms = t - s.added_at_ms;
+    bool stop = s.generated() >= s.params.max_new_tokens ||
+                static_cast<int>(s.tokens.size()) >= opt_.context ||
+                (s.params.stop_at_eos && (tok == model_.cfg.eos_id || tok == model_.cfg.bos_id));
+    events.push_back({s.id, tok, stop});
+    if (stop) finish(s, SeqState::Finished);
+  }
+  return events;
+}
+
+KvLedger Engine::ledger() const {
+  std::vector<std::pair<int, const PagedKvCache*>> caches;
+  for (auto& [id, s] : seqs_)
+    if (s->cache) caches.push_back({id, s->cache.get()});
+  return compute_ledger(*pool_, caches);
+}
+
+}  // namespace kvlm

@@ -1,0 +1,105 @@
+// Engine: many sequences over one paged KV pool. Each step() runs one batched forward that
+// computes, for every scheduled sequence, the tokens it still lacks (its whole prompt when
+// admitted, one token when decoding), so weights are read once per step for all of them.
+// The scheduler thinks in "tokens computed vs total", not in prefill/decode phases.
+#pragma once
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "kv/ledger.h"
+#include "kv/paged_cache.h"
+#include "model/model.h"
+
+namespace kvlm {
+
+struct EngineOptions {
+  int block_size = 16;
+  int num_blocks = 0;            // pool size; 0 = enough for one full context
+  bool prefix_cache = true;
+  int max_batch_tokens = 4096;   // tokens computed per step, all sequences together
+  int context = 0;               // per-sequence limit; 0 = the model's max_seq_len
+};
+
+struct SeqParams {
+  std::vector<int> prompt;
+  int max_new_tokens = 128;
+  SamplingParams sampling;
+  bool stop_at_eos = true;
+  std::string salt;  // tenant: prefixes are shared only between equal salts
+};
+
+enum class SeqState { Waiting, Running, Finished, Cancelled, Failed };
+
+struct Sequence {
+  int id = -1;
+  SeqParams params;
+  std::vector<int> tokens;  // prompt + generated
+  int prompt_len = 0;
+  SeqState state = SeqState::Waiting;
+  std::string error;                     // why it Failed
+  std::unique_ptr<PagedKvCache> cache;   // null while waiting
+  std::unique_ptr<Sampler> sampler;
+  std::vector<float> last_logits;        // [vocab] from its latest step (fork resamples from it)
+  int reused_tokens = 0;                 // prompt tokens taken from the prefix cache
+  int preemptions = 0;
+  double ttft_ms = -1;                   // add() to first token
+  double added_at_ms = 0;
+
+  int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+  bool done() const { return state == SeqState::Finished || state == SeqState::Cancelled || state == SeqState::Failed; }
+};
+
+struct StepEvent {
+  int seq;
+  int token;     // -1 when the sequence failed
+  bool finished;
+};
+
+struct EngineStats {
+  long steps = 0, prompt_tokens = 0, reused_tokens = 0, computed_tokens = 0, generated_tokens = 0, preemptions = 0;
+  double prefix_hit_rate() const { return prompt_tokens ? static_cast<double>(reused_tokens) / prompt_tokens : 0.0; }
+};
+
+class Engine {
+ public:
+  Engine(const Model& m, EngineOptions opt);
+  ~Engine();
+
+  int add(SeqParams p);
+  // A new sequence continuing from `id`'s current state, sharing its KV blocks (copy-on-write).
+  // Its pending token is re-sampled with its own seed, so K forks give K continuations.
+  int fork(int id, uint64_t seed);
+  void cancel(int id);  // stops it and frees its blocks; other sequences are untouched
+  void remove(int id);  // forgets a done sequence
+
+  std::vector<StepEvent> step();
+  bool has_work() const;
+
+  const Sequence& seq(int id) const;
+  KvLedger ledger() const;
+  const EngineStats& stats() const { return stats_; }
+  BlockPool& pool() { return *pool_; }
+  const EngineOptions& options() const { return opt_; }
+
+ private:
+  void preempt(Sequence& s);
+  void finish(Sequence& s, SeqState st, const std::string& error = "");
+  bool admit(Sequence& s, int& budget, int reserved, bool alone);
+  int todo(const Sequence& s) const { return static_cast<int>(s.tokens.size()) - s.cache->length(); }
+  double now_ms() const;
+
+  const Model& model_;
+  EngineOptions opt_;
+  std::unique_ptr<BlockPool> pool_;
+  std::map<int, std::unique_ptr<Sequence>> seqs_;
+  std::deque<int> waiting_;
+  std::vector<int> running_;  // admission order
+  int next_id_ = 0;
+  EngineStats stats_;
+};
+
+}  // namespace kvlm

@@ -1,0 +1,127 @@
+#include "kv/block_pool.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace kvlm {
+
+BlockHash chain_block_hash(const BlockHash* parent, const std::string& salt, const int* tokens, int n) {
+  BlockHash out{};
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  unsigned int len = 0;
+  uint64_t salt_len = salt.size();
+  bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1 &&
+            (!parent || EVP_DigestUpdate(ctx, parent->data(), parent->size()) == 1) &&
+            EVP_DigestUpdate(ctx, &salt_len, sizeof salt_len) == 1 &&
+            EVP_DigestUpdate(ctx, salt.data(), salt.size()) == 1 &&
+            EVP_DigestUpdate(ctx, tokens, sizeof(int) * static_cast<size_t>(n)) == 1 &&
+            EVP_DigestFinal_ex(ctx, out.data(), &len) == 1;
+  EVP_MD_CTX_free(ctx);
+  if (!ok || len != out.size()) fail("internal error: SHA-256 failed");
+  return out;
+}
+
+BlockPool::BlockPool(const ModelConfig& cfg, int block_size, int num_blocks)
+    : block_size_(block_size), kv_dim_(cfg.kv_dim()) {
+  if (block_size < 1 || block_size > 4096) fail("block size must be in 1..4096, got ", block_size);
+  if (num_blocks < 1) fail("the KV pool needs at least one block, got ", num_blocks);
+  bytes_per_block_ = 2ull * cfg.n_layers * block_size * kv_dim_ * sizeof(float);
+  ref_.assign(num_blocks, 0);
+  prev_.assign(num_blocks, -1);
+  next_.assign(num_blocks, -1);
+  in_free_.assign(num_blocks, false);
+  hashed_.assign(num_blocks, false);
+  hash_.resize(num_blocks);
+  for (int b = 0; b < num_blocks; ++b) push_tail(b);
+  size_t per_layer = static_cast<size_t>(num_blocks) * block_size * kv_dim_;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    k_.emplace_back(per_layer);
+    v_.emplace_back(per_layer);
+  }
+}
+
+void BlockPool::unlink(int b) {
+  if (prev_[b] >= 0) next_[prev_[b]] = next_[b]; else head_ = next_[b];
+  if (next_[b] >= 0) prev_[next_[b]] = prev_[b]; else tail_ = prev_[b];
+  prev_[b] = next_[b] = -1;
+  in_free_[b] = false;
+  --num_free_;
+}
+
+void BlockPool::push_tail(int b) {
+  prev_[b] = tail_;
+  next_[b] = -1;
+  if (tail_ >= 0) next_[tail_] = b; else head_ = b;
+  tail_ = b;
+  in_free_[b] = true;
+  ++num_free_;
+}
+
+int BlockPool::allocate() {
+  if (head_ < 0) fail("KV pool exhausted: all ", num_blocks(), " blocks are in use");
+  int b = head_;
+  unlink(b);
+  if (hashed_[b]) {  // evict: the cached prefix is gone
+    by_hash_.erase(hash_[b]);
+    hashed_[b] = false;
+  }
+  ref_[b] = 1;
+  return b;
+}
+
+void BlockPool::retain(int b) {
+  if (ref_[b] == 0) unlink(b);
+  ++ref_[b];
+}
+
+void BlockPool::release(int b) {
+  if (ref_[b] <= 0) fail("internal error: block ", b, " released with ref count ", ref_[b]);
+  if (--ref_[b] == 0) push_tail(b);
+}
+
+int BlockPool::lookup(const BlockHash& h) const {
+  auto it = by_hash_.find(h);
+  return it == by_hash_.end() ? -1 : it->second;
+}
+
+void BlockPool::publish(int b, const BlockHash& h) {
+  if (hashed_[b] || by_hash_.count(h)) return;
+  hashed_[b] = true;
+  hash_[b] = h;
+  by_hash_.emplace(h, b);
+}
+
+void BlockPool::copy_block(int dst, int src) {
+  size_t n = static_cast<size_t>(block_size_) * kv_dim_;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    std::memcpy(k(static_cast<int>(l), dst), k(static_cast<int>(l), src), n * sizeof(float));
+    std::memcpy(v(static_cast<int>(l), dst), v(static_cast<int>(l), src), n * sizeof(float));
+  }
+}
+
+void BlockPool::check_invariants() const {
+  int free_seen = 0;
+  for (int b = head_, prev = -1; b >= 0; prev = b, b = next_[b]) {
+    if (prev_[b] != prev) fail("pool invariant: free list links broken at block ", b);
+    if (ref_[b] != 0 || !in_free_[b]) fail("pool invariant: block ", b, " in the free list has ref ", ref_[b]);
+    if (++free_seen > num_blocks()) fail("pool invariant: free list has a cycle");
+  }
+  if (free_seen != num_free_) fail("pool invariant: free count ", num_free_, " but ", free_seen, " listed");
+  int zero = 0;
+  for (int b = 0; b < num_blocks(); ++b) {
+    if (ref_[b] < 0) fail("pool invariant: block ", b, " has negative ref count");
+    zero += ref_[b] == 0;
+    if (in_free_[b] != (ref_[b] == 0)) fail("pool invariant: block ", b, " free-list membership disagrees with ref");
+    if (hashed_[b] && (by_hash_.count(hash_[b]) == 0 || by_hash_.at(hash_[b]) != b))
+      fail("pool invariant: block ", b, " hash not indexed");
+  }
+  if (zero != num_free_) fail("pool invariant: ", zero, " blocks with ref 0 but ", num_free_, " free");
+  for (auto& [h, b] : by_hash_)
+    if (!hashed_[b] || hash_[b] != h) fail("pool invariant: stale hash index entry for block ", b);
+}
+
+}  // namespace kvlm

@@ -1,0 +1,79 @@
+#include "kv/ledger.h"
+
+#include <cstdio>
+#include <map>
+
+namespace kvlm {
+
+KvLedger compute_ledger(const BlockPool& pool, const std::vector<std::pair<int, const PagedKvCache*>>& seqs) {
+  KvLedger L;
+  L.block_size = pool.block_size();
+  L.num_blocks = pool.num_blocks();
+  L.n_layers = pool.n_layers();
+  L.bytes_per_block = pool.bytes_per_block();
+  L.capacity_bytes = L.bytes_per_block * L.num_blocks;
+  std::vector<int> filled(L.num_blocks, 0);  // most slots any sequence fills in each block
+  for (auto& [id, cache] : seqs) {
+    KvLedger::Seq s{id, cache->length(), static_cast<int>(cache->block_table().size()), 0, 0};
+    const auto& table = cache->block_table();
+    for (size_t i = 0; i < table.size(); ++i) {
+      int in_block = std::min<int>(L.block_size, std::max<int>(0, cache->length() - static_cast<int>(i) * L.block_size));
+      filled[table[i]] = std::max(filled[table[i]], in_block);
+      s.shared_blocks += pool.ref(table[i]) > 1;
+    }
+    s.bytes = s.blocks * L.bytes_per_block;
+    L.seqs.push_back(s);
+  }
+  size_t used_blocks = 0;
+  for (int b = 0; b < L.num_blocks; ++b) {
+    if (pool.ref(b) > 1) {
+      L.shared_bytes += L.bytes_per_block;
+    } else if (pool.ref(b) == 1) {
+      L.private_bytes += L.bytes_per_block;
+    } else {
+      (pool.has_hash(b) ? L.cached_bytes : L.free_bytes) += L.bytes_per_block;
+      continue;
+    }
+    ++used_blocks;
+    L.slots_in_use += L.block_size;
+    L.slots_filled += filled[b];
+  }
+  L.layer_bytes.assign(L.n_layers, used_blocks * L.bytes_per_block / std::max(1, L.n_layers));
+  return L;
+}
+
+std::string KvLedger::to_text() const {
+  auto mb = [](size_t b) { return b / 1e6; };
+  char buf[512];
+  std::string s;
+  std::snprintf(buf, sizeof buf,
+                "KV ledger: %d blocks x %d tokens x %zu B = %.3f MB capacity\n"
+                "  in use   private %.3f MB | shared %.3f MB (counted once)\n"
+                "  idle     cached prefixes %.3f MB | free %.3f MB\n"
+                "  waste    %.1f%% of slots in referenced blocks are empty (%zu of %zu)\n",
+                num_blocks, block_size, bytes_per_block, mb(capacity_bytes), mb(private_bytes), mb(shared_bytes),
+                mb(cached_bytes), mb(free_bytes), waste_pct(), slots_in_use - slots_filled, slots_in_use);
+  s += buf;
+  std::snprintf(buf, sizeof buf, "  per layer %.3f MB in use (x %d layers)\n", layer_bytes.empty() ? 0.0 : mb(layer_bytes[0]),
+                n_layers);
+  s += buf;
+  for (const Seq& q : seqs) {
+    std::snprintf(buf, sizeof buf, "  seq %-4d %6d tokens  %4d blocks (%d shared)  %.3f MB\n", q.id, q.tokens, q.blocks,
+                  q.shared_blocks, mb(q.bytes));
+    s += buf;
+  }
+  return s;
+}
+
+nlohmann::json KvLedger::to_json() const {
+  nlohmann::json seq = nlohmann::json::array();
+  for (const Seq& q : seqs)
+    seq.push_back({{"id", q.id}, {"tokens", q.tokens}, {"blocks", q.blocks}, {"shared_blocks", q.shared_blocks},
+                   {"bytes", q.bytes}});
+  return {{"block_size", block_size},     {"num_blocks", num_blocks},     {"bytes_per_block", bytes_per_block},
+          {"capacity_bytes", capacity_bytes}, {"private_bytes", private_bytes}, {"shared_bytes", shared_bytes},
+          {"cached_bytes", cached_bytes}, {"free_bytes", free_bytes},     {"layer_bytes", layer_bytes},
+          {"waste_pct", waste_pct()},     {"sequences", seq}};
+}
+
+}  // namespace kvlm

@@ -1,0 +1,34 @@
+// The KV memory ledger: exact bytes of the pool by state, per layer and per sequence.
+// private + shared + cached + free always equals the capacity.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kv/paged_cache.h"
+
+namespace kvlm {
+
+struct KvLedger {
+  int block_size = 0, num_blocks = 0, n_layers = 0;
+  size_t bytes_per_block = 0, capacity_bytes = 0;
+  size_t private_bytes = 0;  // blocks referenced by one sequence
+  size_t shared_bytes = 0;   // blocks referenced by several (fork, prefix cache), counted once
+  size_t cached_bytes = 0;   // unreferenced blocks still holding a reusable prefix
+  size_t free_bytes = 0;     // unreferenced, empty
+  std::vector<size_t> layer_bytes;  // [n_layers] bytes in use (private + shared) per layer
+  struct Seq {
+    int id, tokens, blocks, shared_blocks;
+    size_t bytes;  // blocks it references x block bytes (shared ones counted in full)
+  };
+  std::vector<Seq> seqs;
+  size_t slots_in_use = 0, slots_filled = 0;  // token slots of referenced blocks, and those holding a token
+  double waste_pct() const { return slots_in_use ? 100.0 * (slots_in_use - slots_filled) / slots_in_use : 0.0; }
+
+  std::string to_text() const;
+  nlohmann::json to_json() const;
+};
+
+KvLedger compute_ledger(const BlockPool& pool, const std::vector<std::pair<int, const PagedKvCache*>>& seqs);
+
+}  // namespace kvlm
