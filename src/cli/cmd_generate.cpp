@@ -1,72 +1,197 @@
-// kvlm generate: prompt -> streamed text (or one JSON object), with the KV cache on or off.
+// kvlm generate: prompt -> streamed text (or one JSON object). The KV cache is paged by default
+// (--kv-layout contiguous for the classic per-sequence buffer) or off (--no-kv-cache).
+#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "core/error.h"
+#include "engine/engine.h"
 #include "engine/generator.h"
 
 namespace kvlm::cli {
 
 namespace {
+
 struct GenerateArgs {
-  std::string model, tokenizer, prompt;
-  int max_new_tokens = 128, ctx = 0;
+  std::string model, tokenizer, prompt, layout = "paged";
+  int max_new_tokens = 128, ctx = 0, block_size = 16, kv_blocks = 0, parallel = 1;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
   uint64_t seed = 0;
-  bool no_kv_cache = false, json = false, ignore_eos = false;
+  bool no_kv_cache = false, json = false, ignore_eos = false, kv_stats = false;
 };
 
+struct Sample {
+  std::vector<int> ids;
+  std::string text;
+};
+
+struct Outcome {
+  std::vector<Sample> samples;
+  double ttft_ms = 0, tpot_ms = 0;
+  size_t kv_bytes = 0;  // held at the peak
+  nlohmann::json ledger;
+  std::string ledger_text;
+};
+
+// Contiguous cache, or no cache: the single-sequence loop.
+Outcome run_single(const Model& m, const Tokenizer& tok, const std::vector<int>& prompt, const GenerateOptions& opt,
+                   bool stream) {
+  Outcome o;
+  Sample s;
+  int prev = prompt.back();
+  GenerateResult r = generate(m, prompt, opt, [&](int id) {
+    std::string piece = tok.decode(prev, id);
+    prev = id;
+    s.text += piece;
+    if (stream) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+  });
+  s.ids = r.generated;
+  o.samples.push_back(s);
+  o.ttft_ms = r.ttft_ms;
+  o.tpot_ms = r.tpot_ms();
+  o.kv_bytes = r.kv_cache_bytes;
+  return o;
+}
+
+// Paged cache through the engine; --parallel K forks K continuations off one prefill.
+Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& prompt, const GenerateArgs& a,
+                  const GenerateOptions& opt) {
+  EngineOptions eo;
+  eo.block_size = a.block_size;
+  eo.context = opt.context;
+  int ctx = a.ctx > 0 ? a.ctx : m.cfg.max_seq_len;
+  int per_seq = (std::min<int>(ctx, static_cast<int>(prompt.size()) + a.max_new_tokens) + a.block_size - 1) / a.block_size;
+  eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : per_seq * a.parallel;
+  Engine e(m, eo);
+  int root = e.add({prompt, a.max_new_tokens, opt.sampling, opt.stop_at_eos, ""});
+  std::vector<int> ids = {root};
+  const bool stream = !a.json && a.parallel == 1;
+  Outcome o;
+  std::vector<double> step_ms;
+  size_t peak = 0;
+  std::map<int, int> prev;
+  std::map<int, std::string> text;
+  prev[root] = prompt.back();
+  bool forked = false;
+  while (e.has_work()) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto events = e.step();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!forked) {
+      o.ttft_ms = e.seq(root).ttft_ms;
+      forked = true;
+      if (e.seq(root).state == SeqState::Running)
+        for (int k = 1; k < a.parallel; ++k) {
+          int c = e.fork(root, a.seed + k);
+          ids.push_back(c);
+          prev[c] = prompt.back();
+          events.push_back({c, e.seq(c).tokens.back(), false});
+        }
+    } else {
+      step_ms.push_back(ms);
+    }
+    size_t held = static_cast<size_t>(e.pool().num_blocks() - e.pool().num_free()) * e.pool().bytes_per_block();
+    if (held >= peak && e.has_work()) {
+      peak = held;
+      if (a.kv_stats) {
+        KvLedger L = e.ledger();
+        o.ledger = L.to_json();
+        o.ledger_text = L.to_text();
+      }
+    }
+    for (const StepEvent& ev : events) {
+      if (ev.token < 0) fail(e.seq(ev.seq).error);
+      std::string piece = tok.decode(prev[ev.seq], ev.token);
+      prev[ev.seq] = ev.token;
+      text[ev.seq] += piece;
+      if (stream) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+    }
+  }
+  for (int id : ids) {
+    const Sequence& s = e.seq(id);
+    o.samples.push_back({std::vector<int>(s.tokens.begin() + s.prompt_len, s.tokens.end()), text[id]});
+  }
+  double sum = 0;
+  for (double ms : step_ms) sum += ms;
+  o.tpot_ms = step_ms.empty() ? 0 : sum / step_ms.size();
+  o.kv_bytes = peak;
+  if (a.kv_stats && o.ledger.is_null()) {
+    KvLedger L = e.ledger();
+    o.ledger = L.to_json();
+    o.ledger_text = L.to_text();
+  }
+  return o;
+}
+
 int run_generate(const GenerateArgs& a) {
+  if (a.layout != "paged" && a.layout != "contiguous") fail("--kv-layout must be paged or contiguous");
+  if (a.parallel > 1 && (a.no_kv_cache || a.layout != "paged")) fail("--parallel needs the paged KV cache");
   auto model = load_model(a.model);
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);
   std::vector<int> prompt = tok->encode_prompt(a.prompt);
+  if (prompt.empty()) fail("prompt is empty and the tokenizer adds no BOS: give a prompt");
   GenerateOptions opt;
   opt.max_new_tokens = a.max_new_tokens;
   opt.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
   opt.use_kv_cache = !a.no_kv_cache;
   opt.stop_at_eos = !a.ignore_eos;
   opt.context = a.ctx;
-  int prev = prompt.back();
-  std::string text;
-  if (!a.json) {
+  if (static_cast<int>(prompt.size()) > (a.ctx > 0 ? a.ctx : model->cfg.max_seq_len))
+    fail("prompt of ", prompt.size(), " tokens is longer than the context of ",
+         a.ctx > 0 ? a.ctx : model->cfg.max_seq_len, " tokens");
+  const bool paged = !a.no_kv_cache && a.layout == "paged";
+  if (!a.json && a.parallel == 1) {
     std::fputs(a.prompt.c_str(), stdout);
     std::fflush(stdout);
   }
-  GenerateResult r = generate(*model, prompt, opt, [&](int id) {
-    std::string piece = tok->decode(prev, id);
-    prev = id;
-    text += piece;
-    if (!a.json) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-  });
+  Outcome o = paged ? run_paged(*model, *tok, prompt, a, opt) : run_single(*model, *tok, prompt, opt, !a.json);
+  const char* mode = a.no_kv_cache ? "off" : paged ? "paged" : "contiguous";
   if (a.json) {
     nlohmann::json j;
     j["prompt_ids"] = prompt;
-    j["generated_ids"] = r.generated;
-    j["text"] = text;
-    j["ttft_ms"] = r.ttft_ms;
-    j["tpot_ms"] = r.tpot_ms();
-    j["kv_cache_bytes"] = r.kv_cache_bytes;
-    j["kv_cache"] = !a.no_kv_cache;
+    j["generated_ids"] = o.samples[0].ids;
+    j["text"] = o.samples[0].text;
+    if (a.parallel > 1) {
+      j["samples"] = nlohmann::json::array();
+      for (const Sample& s : o.samples) j["samples"].push_back({{"generated_ids", s.ids}, {"text", s.text}});
+    }
+    j["ttft_ms"] = o.ttft_ms;
+    j["tpot_ms"] = o.tpot_ms;
+    j["kv_cache_bytes"] = o.kv_bytes;
+    j["kv_cache"] = mode;
+    if (a.kv_stats) j["kv_ledger"] = o.ledger;
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  } else {
-    std::fputc('\n', stdout);
-    double tps = r.tpot_ms() > 0 ? 1000.0 / r.tpot_ms() : 0.0;
-    std::fprintf(stderr, "[kvlm] prompt %zu tokens, generated %zu | TTFT %.2f ms | TPOT %.3f ms (%.1f tok/s) | KV cache %s, %zu bytes\n",
-                 prompt.size(), r.generated.size(), r.ttft_ms, r.tpot_ms(), tps, a.no_kv_cache ? "off" : "on",
-                 r.kv_cache_bytes);
+    return 0;
   }
+  if (a.parallel == 1) std::fputc('\n', stdout);
+  if (a.parallel > 1)
+    for (size_t i = 0; i < o.samples.size(); ++i)
+      std::printf("--- sample %zu ---\n%s%s\n", i + 1, a.prompt.c_str(), o.samples[i].text.c_str());
+  size_t generated = 0;
+  for (const Sample& s : o.samples) generated += s.ids.size();
+  double tps = o.tpot_ms > 0 ? 1000.0 / o.tpot_ms : 0.0;
+  std::fprintf(stderr,
+               "[kvlm] prompt %zu tokens, generated %zu | TTFT %.2f ms | TPOT %.3f ms (%.1f steps/s) | KV cache %s, "
+               "%zu bytes\n",
+               prompt.size(), generated, o.ttft_ms, o.tpot_ms, tps, mode, o.kv_bytes);
+  if (a.kv_stats) std::fputs(o.ledger_text.c_str(), stderr);
   return 0;
 }
+
 }  // namespace
 
 Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* sub = app.add_subcommand("generate", "generate text from a prompt");
-  sub->add_option("--model", a->model, "llama2.c .bin or Hugging Face folder")->required();
+  sub->add_option("--model", a->model, "llama2.c .bin, GGUF file or Hugging Face folder")->required();
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
   sub->add_option("--prompt", a->prompt, "prompt text")->required();
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
@@ -75,10 +200,17 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--top-p", a->top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--seed", a->seed, "sampling seed");
   sub->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence at every step");
+  sub->add_option("--kv-layout", a->layout, "paged (default) or contiguous");
+  sub->add_option("--block-size", a->block_size, "tokens per KV block (paged, default 16)")->check(CLI::Range(1, 4096));
+  sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: what the run needs)")
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_flag("--kv-stats", a->kv_stats, "print the KV memory ledger at its peak");
+  sub->add_option("--parallel", a->parallel, "sample K continuations that share the prompt's KV blocks")
+      ->check(CLI::Range(1, 1024));
   sub->add_flag("--json", a->json, "print one JSON object instead of streaming text");
+  sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS/BOS");
   sub->add_option("--ctx", a->ctx, "context length (default: the model's); RoPE models may exceed it")
       ->check(CLI::Range(1, 1 << 24));
-  sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS/BOS");
   return [a] { return run_generate(*a); };
 }
 

@@ -27,5 +27,7 @@ Runner add_generate(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_ppl(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_kv_plan(CLI::App& app);
+Runner add_batch(CLI::App& app);
 
 }  // namespace kvlm::cli

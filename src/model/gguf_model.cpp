@@ -53,13 +53,12 @@ std::string hf_name(const std::string& n, bool gpt2) {
 
 }  // namespace
 
-std::unique_ptr<Model> load_gguf_model(const GgufFile& g) {
+ModelConfig gguf_config(const GgufFile& g) {
   std::string arch = g.get("general.architecture").as_string("general.architecture");
   if (arch != "llama" && arch != "gpt2" && arch != "qwen2")
     fail(g.path, ": unsupported GGUF architecture '", arch, "' (supported: llama, qwen2, gpt2)");
   const bool gpt2 = arch == "gpt2";
-  auto m = std::make_unique<Model>();
-  ModelConfig& c = m->cfg;
+  ModelConfig c;
   c.arch = arch;
   const std::string p = arch + ".";
   c.dim = meta_int(g, p + "embedding_length", 1, 65536);
@@ -93,7 +92,13 @@ std::unique_ptr<Model> load_gguf_model(const GgufFile& g) {
   c.validate(g.path);
   if (g.tensors.has("rope_freqs.weight"))  // Llama 3 rope scaling, as llama.cpp stores it
     c.rope_freq_divisors = g.tensors.read_f32("rope_freqs.weight", {c.head_dim / 2});
+  return c;
+}
 
+std::unique_ptr<Model> load_gguf_model(const GgufFile& g) {
+  auto m = std::make_unique<Model>();
+  m->cfg = gguf_config(g);
+  const bool gpt2 = m->cfg.arch == "gpt2";
   TensorSource renamed;
   for (const auto& [name, t] : g.tensors.all()) {
     TensorInfo copy = t;

@@ -7,6 +7,7 @@
 
 namespace kvlm {
 
+ModelConfig gguf_config(const GgufFile& g);
 std::unique_ptr<Model> load_gguf_model(const GgufFile& g);
 
 }  // namespace kvlm

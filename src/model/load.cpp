@@ -104,11 +104,8 @@ std::unique_ptr<Model> load_hf(const fs::path& dir) {
   return m;
 }
 
-std::unique_ptr<Model> load_llama2c(const std::string& path) {
-  TensorSource src;
-  Llama2cHeader h = read_llama2c(path, src);
-  auto m = std::make_unique<Model>();
-  ModelConfig& c = m->cfg;
+ModelConfig llama2c_config(const Llama2cHeader& h, const std::string& path) {
+  ModelConfig c;
   c.arch = "llama";
   c.dim = h.dim;
   c.hidden_dim = h.hidden_dim;
@@ -124,12 +121,42 @@ std::unique_ptr<Model> load_llama2c(const std::string& path) {
   c.tied_embeddings = h.shared_classifier;
   c.layer_window.assign(c.n_layers, 0);
   c.validate(path);
+  return c;
+}
+
+std::unique_ptr<Model> load_llama2c(const std::string& path) {
+  TensorSource src;
+  Llama2cHeader h = read_llama2c(path, src);
+  auto m = std::make_unique<Model>();
+  m->cfg = llama2c_config(h, path);
   bind_llama(src, *m);
   m->init_rope();
   return m;
 }
 
 }  // namespace
+
+ModelConfig load_model_config(const std::string& path, size_t* weight_bytes) {
+  fs::path p(path);
+  size_t bytes = 0;
+  ModelConfig c;
+  if (fs::is_directory(p)) {
+    c = read_hf_config((p / "config.json").string());
+    for (auto& e : fs::directory_iterator(p))
+      if (e.path().extension() == ".safetensors") bytes += fs::file_size(e.path());
+  } else if (!fs::exists(p)) {
+    fail(path, ": no such file or folder");
+  } else if (looks_like_gguf(path)) {
+    c = gguf_config(*read_gguf(path));
+    bytes = fs::file_size(p);
+  } else {
+    TensorSource src;
+    c = llama2c_config(read_llama2c(path, src), path);
+    bytes = fs::file_size(p);
+  }
+  if (weight_bytes) *weight_bytes = bytes;
+  return c;
+}
 
 std::unique_ptr<Model> load_model(const std::string& path) {
   fs::path p(path);

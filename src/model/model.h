@@ -36,5 +36,7 @@ struct Model {
 
 // Loads a llama2.c .bin checkpoint or a Hugging Face folder (config.json + safetensors).
 std::unique_ptr<Model> load_model(const std::string& path);
+// The config alone (no weights read), and the bytes the weight files take on disk.
+ModelConfig load_model_config(const std::string& path, size_t* weight_bytes = nullptr);
 
 }  // namespace kvlm

@@ -1,0 +1,86 @@
+// The paged-cache CLI: generate in every KV layout agrees, --parallel and --kv-stats report,
+// kv-plan answers before loading weights, batch reports throughput and prefix hits.
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "test_support.h"
+
+namespace kvlm {
+namespace {
+
+using nlohmann::json;
+
+TEST(EngineCli, EveryKvLayoutGivesTheSameTokens) {
+  KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "generate across KV layouts");
+  std::string model = test::shared_path("models/stories260K/stories260K.bin");
+  std::vector<int> want;
+  for (std::vector<std::string> extra : {std::vector<std::string>{"--kv-layout", "contiguous"},
+                                         std::vector<std::string>{"--no-kv-cache"},
+                                         std::vector<std::string>{"--block-size", "3", "--kv-stats"},
+                                         std::vector<std::string>{}}) {
+    std::vector<std::string> args = {"generate", "--model", model, "--prompt", "Once upon a time", "--max-new-tokens",
+                                     "40", "--json", "--ignore-eos"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = test::run_kvlm(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    json j = json::parse(r.out);
+    auto ids = j["generated_ids"].get<std::vector<int>>();
+    EXPECT_EQ(ids.size(), 40u);
+    if (want.empty()) want = ids;
+    EXPECT_EQ(ids, want) << j["kv_cache"];
+    if (j.contains("kv_ledger")) {
+      const json& L = j["kv_ledger"];
+      EXPECT_EQ(L["private_bytes"].get<size_t>() + L["shared_bytes"].get<size_t>() + L["cached_bytes"].get<size_t>() +
+                    L["free_bytes"].get<size_t>(),
+                L["capacity_bytes"].get<size_t>());
+      EXPECT_EQ(L["block_size"].get<int>(), 3);
+    }
+  }
+}
+
+TEST(EngineCli, ParallelSamplesShareThePrompt) {
+  KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "generate --parallel");
+  auto r = test::run_kvlm({"generate", "--model", test::shared_path("models/stories260K/stories260K.bin"), "--prompt",
+                           "Once upon a time there was a big dog named Max and a small cat", "--max-new-tokens", "20",
+                           "--parallel", "4", "--temperature", "1.0", "--seed", "3", "--block-size", "4", "--json",
+                           "--kv-stats", "--ignore-eos"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j["samples"].size(), 4u);
+  std::set<std::vector<int>> distinct;
+  for (auto& s : j["samples"]) distinct.insert(s["generated_ids"].get<std::vector<int>>());
+  EXPECT_GT(distinct.size(), 1u);
+  EXPECT_GT(j["kv_ledger"]["shared_bytes"].get<size_t>(), 0u) << "forks must share the prompt's blocks";
+}
+
+TEST(EngineCli, KvPlanAnswersFromTheConfig) {
+  auto r = test::run_kvlm({"kv-plan", "--model", test::fixtures_dir() + "/llama_tiny", "--ctx", "100", "--batch", "3",
+                           "--block-size", "16", "--memory-gb", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["kv_bytes_per_token"].get<size_t>(), 2u * 2 * 2 * 16 * 4);  // 2 layers, 2 kv heads, head_dim 16
+  EXPECT_EQ(j["blocks_per_sequence"].get<int>(), 7);
+  EXPECT_EQ(j["kv_bytes"].get<size_t>(), 7u * 3 * 16 * 512);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  r = test::run_kvlm({"kv-plan", "--preset", "tinyllama-1.1b", "--ctx", "2048", "--batch", "64", "--memory-gb", "8",
+                      "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(json::parse(r.out)["fits"].get<bool>());
+}
+
+TEST(EngineCli, BatchReportsThroughputAndPrefixHits) {
+  KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "kvlm batch");
+  std::string prompts = test::temp_path("prompts.txt");
+  test::write_file(prompts, "Once upon a time\nThe dog ran to the park\nOnce upon a time, a cat\n");
+  auto r = test::run_kvlm({"batch", "--model", test::shared_path("models/stories260K/stories260K.bin"), "--prompts",
+                           prompts, "--max-new-tokens", "16", "--block-size", "2", "--ignore-eos", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["sequences"].get<int>(), 3);
+  EXPECT_EQ(j["generated_tokens"].get<int>(), 48);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GE(j["prefix_cache_hit_rate"].get<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace kvlm
