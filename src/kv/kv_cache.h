@@ -1,5 +1,6 @@
 // The KV cache interface the forward pass reads and writes, and its contiguous store.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -24,6 +25,9 @@ class KvCache {
   // [kv_dim] rows for one stored position. Windowed layers only keep the last W positions.
   virtual const float* key(int layer, int pos) const = 0;
   virtual const float* value(int layer, int pos) const = 0;
+  // How many positions from `pos` (at most max_n) lie in consecutive kv_dim rows of memory,
+  // so attention can stream them without a lookup per position.
+  virtual int contiguous_run(int layer, int pos, int max_n) const = 0;
   // Advances (after a forward) or truncates the sequence length.
   virtual void set_length(int n) = 0;
   // Bytes the cache has allocated for K and V.
@@ -42,6 +46,9 @@ class ContiguousKvCache : public KvCache {
   void store(int layer, int pos, int n, const float* k, const float* v) override;
   const float* key(int layer, int pos) const override { return k_[layer].data() + slot(layer, pos); }
   const float* value(int layer, int pos) const override { return v_[layer].data() + slot(layer, pos); }
+  int contiguous_run(int layer, int pos, int max_n) const override {
+    return std::min(max_n, slots_[layer] - pos % slots_[layer]);
+  }
   void set_length(int n) override;
   size_t bytes_allocated() const override;
   // Slots reserved for one layer (max_len, or its window).

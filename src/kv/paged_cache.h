@@ -24,6 +24,9 @@ class PagedKvCache : public KvCache {
   void store(int layer, int pos, int n, const float* k, const float* v) override;
   const float* key(int layer, int pos) const override;
   const float* value(int layer, int pos) const override;
+  int contiguous_run(int, int pos, int max_n) const override {
+    return std::min(max_n, pool_.block_size() - pos % pool_.block_size());
+  }
   void set_length(int n) override;  // shrinking releases blocks past the new end
   size_t bytes_allocated() const override { return table_.size() * pool_.bytes_per_block(); }
 

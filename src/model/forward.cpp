@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/dot.h"
 #include "kernels/ops.h"
 
@@ -43,37 +44,45 @@ void apply_rope(const Model& m, float* x, const std::vector<RowInfo>& rows, int 
 }
 
 // out[rows][q_dim]: each query attends to its sequence's cached positions and to its chunk's
-// own new K/V (rows of q, k, v), causally and within the layer's window.
+// own new K/V (rows of q, k, v), causally and within the layer's window. Work items are
+// (row, KV head): the query heads of a GQA group read each key once together.
 void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const std::vector<int>& first_row,
                const std::vector<RowInfo>& rows, int layer, const float* q, const float* k, const float* v,
                float* out) {
   const int hd = c.head_dim, group = c.n_heads / c.n_kv_heads, kv_dim = c.kv_dim(), q_dim = c.q_dim();
   const int window = c.layer_window[layer];
+  constexpr int kSpan = 256;  // keys folded per online-softmax update
   auto body = [&](size_t b, size_t e) {
-    std::vector<float> scores;
+    std::vector<float> m(group), l(group), acc(static_cast<size_t>(group) * hd), scratch(static_cast<size_t>(group) * kSpan);
+    AttnState st{group, hd, m.data(), l.data(), acc.data()};
     for (size_t idx = b; idx < e; ++idx) {
-      const int t = static_cast<int>(idx / c.n_heads), h = static_cast<int>(idx % c.n_heads);
+      const int t = static_cast<int>(idx / c.n_kv_heads), g = static_cast<int>(idx % c.n_kv_heads);
       const RowInfo& r = rows[t];
       const KvCache& kv = *chunks[r.chunk].kv;
       const int pos0 = kv.length(), row0 = first_row[r.chunk];  // the chunk's first row is at pos0
-      const int p = r.pos, kvh = h / group;
-      const int lo = window > 0 ? std::max(0, p - window + 1) : 0;
-      const float* qh = q + static_cast<size_t>(t) * q_dim + h * hd;
-      scores.resize(p - lo + 1);
-      for (int j = lo; j <= p; ++j) {
-        const float* kj = j < pos0 ? kv.key(layer, j) : k + static_cast<size_t>(row0 + j - pos0) * kv_dim;
-        scores[j - lo] = dot_f32(qh, kj + kvh * hd, hd) * c.attn_scale;
+      const int p = r.pos, lo = window > 0 ? std::max(0, p - window + 1) : 0;
+      const float* qg = q + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd;
+      st.reset();
+      for (int j = lo; j <= p;) {
+        int n;
+        const float *kj, *vj;
+        if (j < pos0) {  // cached positions, one contiguous run at a time
+          n = kv.contiguous_run(layer, j, std::min(pos0, p + 1) - j);
+          kj = kv.key(layer, j);
+          vj = kv.value(layer, j);
+        } else {  // the chunk's own new rows
+          n = p + 1 - j;
+          kj = k + static_cast<size_t>(row0 + j - pos0) * kv_dim;
+          vj = v + static_cast<size_t>(row0 + j - pos0) * kv_dim;
+        }
+        n = std::min(n, kSpan);
+        attend_span(qg, c.attn_scale, kj + g * hd, vj + g * hd, kv_dim, n, st, scratch.data());
+        j += n;
       }
-      softmax(scores.data(), p - lo + 1);
-      float* o = out + static_cast<size_t>(t) * q_dim + h * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int j = lo; j <= p; ++j) {
-        const float* vj = j < pos0 ? kv.value(layer, j) : v + static_cast<size_t>(row0 + j - pos0) * kv_dim;
-        axpy_f32(scores[j - lo], vj + kvh * hd, o, hd);
-      }
+      attend_finish(st, out + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd, hd);
     }
   };
-  const size_t items = rows.size() * c.n_heads;
+  const size_t items = rows.size() * c.n_kv_heads;
   size_t work = 0;  // multiply-adds, roughly
   for (const RowInfo& r : rows) work += static_cast<size_t>(r.pos + 1) * hd * c.n_heads;
   if (work < (1u << 15))
