@@ -122,3 +122,50 @@ TEST(Sampler, RejectsBadParameters) {
 
 }  // namespace
 }  // namespace kvlm
+
+#include "kernels/attention.h"
+
+namespace kvlm {
+namespace {
+
+TEST(Kernels, AttentionSpansMatchScalarTwinAndPlainSoftmax) {
+  for (int hd : {8, 16, 64, 13}) {
+    for (int g : {1, 2, 4}) {
+      const int n = 70, stride = hd * 3 + 1;  // odd stride: misaligned rows
+      auto q = randn(g * hd, 11), kv = randn(static_cast<size_t>(n) * stride + hd, 12), vv = randn(static_cast<size_t>(n) * stride + hd, 13);
+      std::vector<float> m(g), l(g), acc(g * hd), s(g * n), out(g * hd);
+      AttnState st{g, hd, m.data(), l.data(), acc.data()};
+      st.reset();
+      for (int j0 = 0; j0 < n; j0 += 32) {  // three spans, the last partial
+        int cnt = std::min(32, n - j0);
+        attn_scores(q.data(), g, hd, 0.3f, kv.data() + j0 * stride, stride, cnt, s.data(), n);
+        std::vector<float> s2(g * n);
+        scalar::attn_scores(q.data(), g, hd, 0.3f, kv.data() + j0 * stride, stride, cnt, s2.data(), n);
+        for (int i = 0; i < g; ++i)
+          for (int j = 0; j < cnt; ++j) ASSERT_NEAR(s[i * n + j], s2[i * n + j], 1e-4) << "hd " << hd;
+        attn_update(st, s.data(), n, cnt);
+        attn_accumulate(st, s.data(), n, vv.data() + j0 * stride, stride, cnt);
+      }
+      attn_finish(st, out.data(), hd);
+      for (int i = 0; i < g; ++i) {  // plain softmax reference in double
+        std::vector<double> w(n);
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j < n; ++j) {
+          double d = 0;
+          for (int x = 0; x < hd; ++x) d += double(q[i * hd + x]) * kv[j * stride + x];
+          w[j] = 0.3 * d;
+          mx = std::max(mx, w[j]);
+        }
+        for (double& x : w) sum += (x = std::exp(x - mx));
+        for (int d = 0; d < hd; ++d) {
+          double ref = 0;
+          for (int j = 0; j < n; ++j) ref += w[j] / sum * vv[j * stride + d];
+          EXPECT_NEAR(out[i * hd + d], ref, 1e-4) << "hd " << hd << " g " << g;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlm

@@ -32,12 +32,12 @@ NEW_TOKENS = 32
 
 def models():
     yield "gpt2_tiny", GPT2LMHeadModel, GPT2Config(
-        vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4, initializer_range=0.2,
+        vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4, initializer_range=0.1,
         activation_function="gelu_new", bos_token_id=255, eos_token_id=255)
     # Local layers see 8 positions; the 64-token test sequence runs far past the window.
     yield "gptneo_tiny", GPTNeoForCausalLM, GPTNeoConfig(
         vocab_size=256, max_position_embeddings=128, hidden_size=64, num_layers=2, num_heads=4,
-        attention_types=[[["global", "local"], 1]], window_size=8, initializer_range=0.2,
+        attention_types=[[["global", "local"], 1]], window_size=8, initializer_range=0.1,
         intermediate_size=None, activation_function="gelu_new", bos_token_id=255, eos_token_id=255)
     common = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   max_position_embeddings=128, initializer_range=0.1, bos_token_id=1, eos_token_id=2)

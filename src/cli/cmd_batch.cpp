@@ -14,6 +14,7 @@ namespace kvlm::cli {
 namespace {
 
 struct BatchArgs {
+  std::string weights;  // "" = as stored in the file
   std::string model, tokenizer, prompts;
   int max_new_tokens = 64, block_size = 16, kv_blocks = 0, max_batch_tokens = 4096;
   float temperature = 0.0f, top_p = 1.0f;
@@ -23,7 +24,7 @@ struct BatchArgs {
 };
 
 int run_batch(const BatchArgs& a) {
-  auto model = load_model(a.model);
+  auto model = load_model(a.model, a.weights);
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);
   std::vector<std::string> lines;
   {
@@ -105,6 +106,7 @@ Runner add_batch(CLI::App& app) {
   auto a = std::make_shared<BatchArgs>();
   CLI::App* sub = app.add_subcommand("batch", "run many prompts through the batched engine");
   sub->add_option("--model", a->model, "llama2.c .bin, GGUF file or Hugging Face folder")->required();
+  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
   sub->add_option("--prompts", a->prompts, "text file, one prompt per line")->required();
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens per prompt (default 64)")->check(CLI::Range(1, 1 << 24));

@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "kernels/dot.h"
+#include "kernels/roofline.h"
 #include "kv/kv_cache.h"
 #include "model/forward.h"
 #include "model/synthetic.h"
@@ -27,10 +28,11 @@ namespace {
 using nlohmann::json;
 
 struct BenchArgs {
+  std::string weights;  // "" = as stored in the file
   std::string preset = "distilgpt2", model, tokenizer, prompt = "What is KV caching?", prompt_ids, sweep_out = "kv_sweep.svg";
   int prompt_tokens = 0, runs = 10, warmup = 1, sweep_max = 1024, sweep_points = 16;
   std::vector<int> new_tokens = {20, 100};
-  bool json = false, sweep = false, cache_on_only = false;
+  bool json = false, sweep = false, cache_on_only = false, no_roofline = false;
   uint64_t seed = 0;
 };
 
@@ -141,12 +143,13 @@ int run_bench(const BenchArgs& a) {
   std::unique_ptr<Model> m;
   std::string name;
   if (!a.model.empty()) {
-    m = load_model(a.model);
+    m = load_model(a.model, a.weights);
     name = a.model;
   } else {
     std::fprintf(stderr, "[bench] building %s with synthetic weights (seed %llu)\n", a.preset.c_str(),
                  static_cast<unsigned long long>(a.seed));
     m = synthetic_model(preset_config(a.preset), a.seed);
+    if (!a.weights.empty()) m->convert_weights(parse_weight_format(a.weights));
     name = a.preset + " (synthetic weights)";
   }
   const ModelConfig& c = m->cfg;
@@ -211,6 +214,25 @@ int run_bench(const BenchArgs& a) {
     j["sweep_plot"] = a.sweep_out;
   }
   j["peak_rss_bytes"] = peak_rss_bytes();
+  if (!a.no_roofline) {
+    // Decode reads every matrix once per token (the embedding only one row) plus the KV so far.
+    size_t matrix_bytes = m->weight_bytes() - m->tok_emb.size() * sizeof(float) - m->pos_emb.size() * sizeof(float);
+    if (m->lm_head.out == 0) matrix_bytes += m->tok_emb.size() * sizeof(float);  // tied f32 head reads it all
+    double triad = measure_triad_gbps();
+    json roof{{"triad_gbps", triad}, {"threads", ThreadPool::global().size()}, {"matrix_bytes", matrix_bytes}};
+    for (int n : a.new_tokens) {
+      double ctx = prompt.size() + n / 2.0;  // mean position of the decode steps
+      double bytes = matrix_bytes + ctx * c.kv_bytes_per_token(4);
+      double tpot = j["results"]["cache_on"]["tpot_ms"][std::to_string(n)]["mean"].get<double>();
+      double gbps = bytes / (tpot / 1000) / 1e9;
+      roof["decode"][std::to_string(n)] = {{"bytes_per_token", bytes}, {"gbps", gbps}, {"fraction_of_triad", gbps / triad}};
+    }
+    double ttft = j["results"]["cache_on"]["ttft_ms"]["mean"].get<double>();
+    // 2 FLOP per matrix weight per prompt token (embedding lookups are free).
+    size_t matrix_params = m->n_params() - m->tok_emb.size() - m->pos_emb.size() + c.vocab_size * static_cast<size_t>(c.dim);
+    roof["prefill_gflops"] = 2.0 * static_cast<double>(matrix_params) * prompt.size() / (ttft / 1000) / 1e9;
+    j["roofline"] = roof;
+  }
 
   if (a.json) {
     std::puts(j.dump(1).c_str());
@@ -222,8 +244,9 @@ int run_bench(const BenchArgs& a) {
     std::snprintf(buf, sizeof buf, "%9.3f ± %-8.3f", s["mean"].get<double>(), s["std"].get<double>());
     return std::string(buf);
   };
-  std::printf("kvlm bench: %s | %s, %.1fM params, %.1f MB weights (f32) | %d threads, %s kernels\n", name.c_str(),
-              c.arch.c_str(), m->n_params() / 1e6, m->weight_bytes() / 1e6, ThreadPool::global().size(), kernel_isa());
+  std::printf("kvlm bench: %s | %s, %.1f MB weights (%s) | %d threads, %s kernels\n", name.c_str(), c.arch.c_str(),
+              m->weight_bytes() / 1e6, a.weights.empty() ? weight_format_name(m->stored_format) : a.weights.c_str(),
+              ThreadPool::global().size(), kernel_isa());
   std::printf("prompt %zu tokens | mean ± std over %d runs after %d warm-up\n\n", prompt.size(), a.runs, a.warmup);
   std::printf("%-22s %-22s %-22s %s\n", "metric (ms)", "KV cache on", "KV cache off", "cache speedup");
   auto row = [&](const std::string& label, const json& on, const json* off, const char* sk) {
@@ -245,6 +268,17 @@ int run_bench(const BenchArgs& a) {
   std::printf("          in use after the longest run (%zu tokens): %.2f MB\n", used_tokens,
               kv["bytes_in_use_at_longest_run"].get<size_t>() / 1e6);
   std::printf("peak RSS: %.1f MB\n", j["peak_rss_bytes"].get<double>() / 1e6);
+  if (j.contains("roofline")) {
+    const json& rf = j["roofline"];
+    std::printf("\nroofline: triad bandwidth %.1f GB/s at %d threads; decode reads %.1f MB of matrices per token\n",
+                rf["triad_gbps"].get<double>(), rf["threads"].get<int>(), rf["matrix_bytes"].get<size_t>() / 1e6);
+    for (int n : a.new_tokens) {
+      const json& d = rf["decode"][std::to_string(n)];
+      std::printf("  decode @%d: %.1f GB/s = %.0f%% of triad\n", n, d["gbps"].get<double>(),
+                  100 * d["fraction_of_triad"].get<double>());
+    }
+    std::printf("  prefill (TTFT, %zu tokens): %.1f GFLOP/s\n", prompt.size(), rf["prefill_gflops"].get<double>());
+  }
   if (a.sweep) {
     std::printf("\n%-10s %-14s %-14s %s\n", "position", "cache on ms", "cache off ms", "speedup");
     for (const json& s : j["sweep"])
@@ -263,6 +297,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--preset", a->preset, "built-in shape with synthetic weights: distilgpt2 (default), gpt2, "
                                          "gpt-neo-1.3B, tinyllama-1.1b");
   sub->add_option("--model", a->model, "benchmark a real model (llama2.c .bin or HF folder) instead");
+  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer for --model (default: found beside it)");
   sub->add_option("--prompt", a->prompt, "prompt text (with --model)");
   sub->add_option("--prompt-ids", a->prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
@@ -273,6 +308,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--seed", a->seed, "seed of the synthetic weights");
   sub->add_flag("--cache-on-only", a->cache_on_only, "skip the (slow) no-cache runs");
   sub->add_flag("--json", a->json, "print one JSON object");
+  sub->add_flag("--no-roofline", a->no_roofline, "skip the bandwidth measurement");
   sub->add_flag("--sweep", a->sweep, "per-step decode latency against position, cache on and off, with a plot");
   sub->add_option("--sweep-max", a->sweep_max, "largest position of the sweep (default 1024)")->check(CLI::Range(32, 1 << 20));
   sub->add_option("--sweep-points", a->sweep_points, "positions sampled (default 16)")->check(CLI::Range(2, 1000));

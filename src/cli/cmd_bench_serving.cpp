@@ -21,6 +21,7 @@ using nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 
 struct ServingArgs {
+  std::string weights;  // "" = as stored in the file
   std::string preset = "distilgpt2", model;
   std::vector<int> concurrency = {1, 4, 8, 16};
   int prompt_tokens = 32, new_tokens = 64, prefix_tokens = 400, runs = 3, block_size = 16;
@@ -138,10 +139,11 @@ int run_serving(const ServingArgs& a) {
   std::unique_ptr<Model> m;
   std::string name;
   if (!a.model.empty()) {
-    m = load_model(a.model);
+    m = load_model(a.model, a.weights);
     name = a.model;
   } else {
     m = synthetic_model(preset_config(a.preset), a.seed);
+    if (!a.weights.empty()) m->convert_weights(parse_weight_format(a.weights));
     name = a.preset + " (synthetic weights)";
   }
   json j{{"model", name}, {"threads", ThreadPool::global().size()}, {"block_size", a.block_size}, {"runs", a.runs}};
@@ -183,6 +185,7 @@ Runner add_bench_serving(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench-serving", "batched decode, prefix-cache TTFT and KV waste");
   sub->add_option("--preset", a->preset, "built-in shape with synthetic weights (default distilgpt2)");
   sub->add_option("--model", a->model, "or a real model");
+  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--concurrency", a->concurrency, "sequence counts (default 1,4,8,16)")->delimiter(',')
       ->check(CLI::Range(1, 4096));
   sub->add_option("--prompt-tokens", a->prompt_tokens, "prompt length for the concurrency sweep (default 32)")

@@ -14,6 +14,7 @@ namespace kvlm::cli {
 namespace {
 
 struct GenerateArgs {
+  std::string weights;  // "" = as stored in the file
   std::string model, tokenizer, prompt, layout = "paged";
   int max_new_tokens = 128, ctx = 0, block_size = 16, kv_blocks = 0, parallel = 1;
   float temperature = 0.0f, top_p = 1.0f;
@@ -134,7 +135,7 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
 int run_generate(const GenerateArgs& a) {
   if (a.layout != "paged" && a.layout != "contiguous") fail("--kv-layout must be paged or contiguous");
   if (a.parallel > 1 && (a.no_kv_cache || a.layout != "paged")) fail("--parallel needs the paged KV cache");
-  auto model = load_model(a.model);
+  auto model = load_model(a.model, a.weights);
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);
   std::vector<int> prompt = tok->encode_prompt(a.prompt);
   if (prompt.empty()) fail("prompt is empty and the tokenizer adds no BOS: give a prompt");
@@ -192,6 +193,7 @@ Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* sub = app.add_subcommand("generate", "generate text from a prompt");
   sub->add_option("--model", a->model, "llama2.c .bin, GGUF file or Hugging Face folder")->required();
+  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
   sub->add_option("--prompt", a->prompt, "prompt text")->required();
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);

@@ -10,6 +10,7 @@ namespace kvlm::cli {
 
 namespace {
 struct PplArgs {
+  std::string weights;  // "" = as stored in the file
   std::string model, tokenizer, text;
   int ctx = 0;
   long max_tokens = 0;
@@ -17,7 +18,7 @@ struct PplArgs {
 };
 
 int run_ppl(const PplArgs& a) {
-  auto model = load_model(a.model);
+  auto model = load_model(a.model, a.weights);
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);
   std::vector<int> ids = tok->encode_prompt(read_file(a.text));
   if (a.max_tokens > 0 && static_cast<long>(ids.size()) > a.max_tokens) ids.resize(a.max_tokens);
@@ -40,6 +41,7 @@ Runner add_ppl(CLI::App& app) {
   auto a = std::make_shared<PplArgs>();
   CLI::App* sub = app.add_subcommand("ppl", "perplexity over non-overlapping windows");
   sub->add_option("--model", a->model, "llama2.c .bin or Hugging Face folder")->required();
+  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
   sub->add_option("--text", a->text, "text file")->required();
   sub->add_option("--ctx", a->ctx, "window length (default: the model's context)")->check(CLI::Range(2, 1 << 24));

@@ -1,5 +1,7 @@
 #include "core/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <fstream>
 #include <memory>
 #include <set>
@@ -17,6 +19,7 @@ std::unique_ptr<ThreadPool>& global_slot() {
   static std::unique_ptr<ThreadPool> pool;
   return pool;
 }
+constexpr int kSpinIterations = 20000;  // roughly 50-100 microseconds of pause instructions
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -27,30 +30,33 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    generation_.fetch_add(1);
   }
-  start_cv_.notify_all();
+  wake_cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && ++spins < kSpinIterations) _mm_pause();
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_cv_.wait(lock, [&] { return generation_.load() != seen; });
+    }
+    if (stop_) return;
+    seen = generation_.load(std::memory_order_acquire);
     const std::function<void(size_t, size_t)>* job;
     size_t n;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      std::lock_guard<std::mutex> lock(mu_);
       job = job_;
       n = job_n_;
     }
     auto [b, e] = slice(n, n_threads_, index);
     if (b < e) (*job)(b, e);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -64,14 +70,13 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
     job_n_ = n;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    pending_.store(n_threads_ - 1, std::memory_order_release);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
   }
-  start_cv_.notify_all();
+  wake_cv_.notify_all();
   auto [b, e] = slice(n, n_threads_, 0);
   if (b < e) fn(b, e);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
 }
 
 int ThreadPool::default_threads() {

@@ -1,11 +1,14 @@
-// Attention over spans of keys/values with an online softmax: the cache is read once, span by
-// span (a paged block, a ring segment, the new chunk), for all query heads that share a KV head.
+// Attention with an online softmax, a logical span of keys at a time: scores for the span
+// (possibly gathered from several memory runs: paged blocks, ring segments, the new chunk),
+// one rescale of the running state, then the weighted values. The span boundaries depend on
+// positions only, never on memory layout, so every cache layout gives bit-identical results.
 #pragma once
 #include <cstddef>
 
 namespace kvlm {
 
-// Running softmax state of g query heads: max m[g], denominator l[g], numerator acc[g][hd].
+// Running softmax state of g query heads sharing a KV head: max m[g], denominator l[g],
+// numerator acc[g][hd].
 struct AttnState {
   int g, hd;
   float* m;
@@ -14,16 +17,20 @@ struct AttnState {
   void reset();
 };
 
-// Folds n keys/values (rows `stride` floats apart) into the state. q is [g][hd]; scratch holds
-// at least g * n floats.
-void attend_span(const float* q, float scale, const float* k, const float* v, size_t stride, int n, AttnState& st,
-                 float* scratch);
-// out[g][hd] = acc / l
-void attend_finish(const AttnState& st, float* out, size_t out_stride);
+// s[i * s_stride + j] = scale * q[i] . k[j] for the g heads and n keys (rows `stride` apart).
+void attn_scores(const float* q, int g, int hd, float scale, const float* k, size_t stride, int n, float* s,
+                 size_t s_stride);
+// Folds a span's scores s[g][n] into the state; s becomes the unnormalized weights.
+void attn_update(AttnState& st, float* s, size_t s_stride, int n);
+// acc[i] += sum_j p[i][j] * v[j] for n values (rows `stride` apart).
+void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n);
+// out[i] = acc[i] / l[i], rows out_stride apart.
+void attn_finish(const AttnState& st, float* out, size_t out_stride);
 
 namespace scalar {
-void attend_span(const float* q, float scale, const float* k, const float* v, size_t stride, int n, AttnState& st,
-                 float* scratch);
-}
+void attn_scores(const float* q, int g, int hd, float scale, const float* k, size_t stride, int n, float* s,
+                 size_t s_stride);
+void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n);
+}  // namespace scalar
 
 }  // namespace kvlm

@@ -12,10 +12,6 @@ namespace {
 constexpr size_t kMinParallelWork = 1 << 16;  // multiply-adds
 }  // namespace
 
-void Linear::forward(const float* x, int n, float* y) const {
-  matmul(w.data(), b.empty() ? nullptr : b.data(), out, in, x, n, y);
-}
-
 void matmul(const float* W, const float* B, int rows, int cols, const float* x, int n, float* y) {
   // Threads split the output rows, so each streams a disjoint slice of W once for all n tokens.
   auto body = [&](size_t r0, size_t r1) {

@@ -3,20 +3,12 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/linear.h"
+
 namespace kvlm {
 
 // y[n][out] = x[n][in] * W^T (+ b). W is row-major [out][in]; b may be null.
 void matmul(const float* W, const float* b, int out, int in, const float* x, int n, float* y);
-
-// A dense layer: y[n][out] = x[n][in] * W^T + b. Weights stored row-major [out][in].
-struct Linear {
-  int out = 0, in = 0;
-  std::vector<float> w;  // [out][in]
-  std::vector<float> b;  // [out], or empty when the layer has no bias
-
-  void forward(const float* x, int n, float* y) const;
-  size_t bytes() const { return (w.size() + b.size()) * sizeof(float); }
-};
 
 // out[i] = x[i] / rms(x) * weight[i]
 void rmsnorm(const float* x, const float* weight, float* out, int dim, float eps);

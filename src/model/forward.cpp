@@ -51,9 +51,9 @@ void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const 
                float* out) {
   const int hd = c.head_dim, group = c.n_heads / c.n_kv_heads, kv_dim = c.kv_dim(), q_dim = c.q_dim();
   const int window = c.layer_window[layer];
-  constexpr int kSpan = 256;  // keys folded per online-softmax update
+  constexpr int kSpan = 128;  // keys per online-softmax update, at fixed logical positions
   auto body = [&](size_t b, size_t e) {
-    std::vector<float> m(group), l(group), acc(static_cast<size_t>(group) * hd), scratch(static_cast<size_t>(group) * kSpan);
+    std::vector<float> m(group), l(group), acc(static_cast<size_t>(group) * hd), s(static_cast<size_t>(group) * kSpan);
     AttnState st{group, hd, m.data(), l.data(), acc.data()};
     for (size_t idx = b; idx < e; ++idx) {
       const int t = static_cast<int>(idx / c.n_kv_heads), g = static_cast<int>(idx % c.n_kv_heads);
@@ -62,24 +62,36 @@ void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const 
       const int pos0 = kv.length(), row0 = first_row[r.chunk];  // the chunk's first row is at pos0
       const int p = r.pos, lo = window > 0 ? std::max(0, p - window + 1) : 0;
       const float* qg = q + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd;
-      st.reset();
-      for (int j = lo; j <= p;) {
-        int n;
-        const float *kj, *vj;
-        if (j < pos0) {  // cached positions, one contiguous run at a time
-          n = kv.contiguous_run(layer, j, std::min(pos0, p + 1) - j);
-          kj = kv.key(layer, j);
-          vj = kv.value(layer, j);
-        } else {  // the chunk's own new rows
-          n = p + 1 - j;
-          kj = k + static_cast<size_t>(row0 + j - pos0) * kv_dim;
-          vj = v + static_cast<size_t>(row0 + j - pos0) * kv_dim;
+      // Memory runs of [from, to): cached positions run by run, then the chunk's own rows.
+      auto for_runs = [&](int from, int to, auto&& fn) {
+        for (int j = from; j < to;) {
+          int n;
+          const float *kj, *vj;
+          if (j < pos0) {
+            n = kv.contiguous_run(layer, j, std::min(pos0, to) - j);
+            kj = kv.key(layer, j);
+            vj = kv.value(layer, j);
+          } else {
+            n = to - j;
+            kj = k + static_cast<size_t>(row0 + j - pos0) * kv_dim;
+            vj = v + static_cast<size_t>(row0 + j - pos0) * kv_dim;
+          }
+          fn(j - from, kj + g * hd, vj + g * hd, n);
+          j += n;
         }
-        n = std::min(n, kSpan);
-        attend_span(qg, c.attn_scale, kj + g * hd, vj + g * hd, kv_dim, n, st, scratch.data());
-        j += n;
+      };
+      st.reset();
+      for (int j0 = lo; j0 <= p; j0 += kSpan) {
+        const int j1 = std::min(p + 1, j0 + kSpan), n = j1 - j0;
+        for_runs(j0, j1, [&](int off, const float* kr, const float*, int cnt) {
+          attn_scores(qg, group, hd, c.attn_scale, kr, kv_dim, cnt, s.data() + off, kSpan);
+        });
+        attn_update(st, s.data(), kSpan, n);
+        for_runs(j0, j1, [&](int off, const float*, const float* vr, int cnt) {
+          attn_accumulate(st, s.data() + off, kSpan, vr, kv_dim, cnt);
+        });
       }
-      attend_finish(st, out + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd, hd);
+      attn_finish(st, out + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd, hd);
     }
   };
   const size_t items = rows.size() * c.n_kv_heads;
@@ -178,7 +190,7 @@ void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vec
   for (int r = 0; r < R; ++r) std::copy_n(x.data() + out_rows[r] * D, D, tmp.data() + r * D);
   norm_rows(c, tmp.data(), m.final_norm, m.final_norm_bias, xn.data(), R);
   logits.resize(static_cast<size_t>(R) * c.vocab_size);
-  if (c.tied_embeddings)
+  if (m.lm_head.out == 0)  // tied, f32: read the embedding table itself
     matmul(m.tok_emb.data(), nullptr, c.vocab_size, c.dim, xn.data(), R, logits.data());
   else
     m.lm_head.forward(xn.data(), R, logits.data());

@@ -99,6 +99,14 @@ std::unique_ptr<Model> load_gguf_model(const GgufFile& g) {
   auto m = std::make_unique<Model>();
   m->cfg = gguf_config(g);
   const bool gpt2 = m->cfg.arch == "gpt2";
+  // Run the matrices in the file's type: Q8_0 / Q4_0 re-encode exactly (same scales, same quants).
+  for (const char* probe : {"blk.0.attn_q.weight", "blk.0.attn_qkv.weight"})
+    if (g.tensors.has(probe)) {
+      DType t = g.tensors.get(probe).dtype;
+      m->stored_format = t == DType::Q8_0 ? WeightFormat::Q8_0 : t == DType::Q4_0 ? WeightFormat::Q4_0
+                         : t == DType::F32 ? WeightFormat::F32 : t == DType::Q4_K || t == DType::Q6_K ? WeightFormat::F32
+                                                                : WeightFormat::BF16;
+    }
   TensorSource renamed;
   for (const auto& [name, t] : g.tensors.all()) {
     TensorInfo copy = t;

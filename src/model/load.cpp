@@ -29,6 +29,17 @@ size_t Model::weight_bytes() const {
   return bytes;
 }
 
+size_t Model::n_params() const {
+  size_t n = tok_emb.size() + pos_emb.size() + final_norm.size() + final_norm_bias.size();
+  auto lin = [](const Linear& l) { return static_cast<size_t>(l.out) * l.in + l.b.size(); };
+  if (!cfg.tied_embeddings) n += lin(lm_head);
+  for (const LayerWeights& L : layers) {
+    n += L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size();
+    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) n += lin(*l);
+  }
+  return n;
+}
+
 void Model::init_rope() {
   rope_inv_freq.clear();
   if (cfg.rope == RopeKind::None) return;
@@ -94,6 +105,9 @@ std::unique_ptr<Model> load_hf(const fs::path& dir) {
   m->cfg = read_hf_config((dir / "config.json").string());
   TensorSource src;
   read_hf_weights(dir, src);
+  for (const char* probe : {"model.layers.0.self_attn.q_proj.weight", "transformer.h.0.attn.c_attn.weight",
+                            "h.0.attn.c_attn.weight", "transformer.h.0.attn.attention.q_proj.weight"})
+    if (src.has(probe) && src.get(probe).dtype != DType::F32) m->stored_format = WeightFormat::BF16;
   if (m->cfg.arch == "gpt2")
     bind_gpt2(src, *m);
   else if (m->cfg.arch == "gpt_neo")
@@ -158,15 +172,39 @@ ModelConfig load_model_config(const std::string& path, size_t* weight_bytes) {
   return c;
 }
 
-std::unique_ptr<Model> load_model(const std::string& path) {
+int Model::convert_weights(WeightFormat f) {
+  int kept = 0;
+  if (f != WeightFormat::F32 && cfg.tied_embeddings && lm_head.out == 0) {
+    lm_head.out = cfg.vocab_size;  // the head gets its own (smaller) copy; tok_emb stays f32
+    lm_head.in = cfg.dim;
+    lm_head.w = tok_emb;
+  }
+  auto conv = [&](Linear& l) {
+    if (l.out == 0 || l.fmt == f) return;
+    if (!l.convert(f)) ++kept;
+  };
+  for (LayerWeights& L : layers)
+    for (Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) conv(*l);
+  conv(lm_head);
+  return kept;
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& weights) {
   fs::path p(path);
+  std::unique_ptr<Model> m;
   if (fs::is_directory(p)) {
     if (!fs::exists(p / "config.json")) fail(path, ": folder has no config.json");
-    return load_hf(p);
+    m = load_hf(p);
+  } else if (!fs::exists(p)) {
+    fail(path, ": no such file or folder");
+  } else if (looks_like_gguf(path)) {
+    m = load_gguf_model(*read_gguf(path));
+  } else {
+    m = load_llama2c(path);
   }
-  if (!fs::exists(p)) fail(path, ": no such file or folder");
-  if (looks_like_gguf(path)) return load_gguf_model(*read_gguf(path));
-  return load_llama2c(path);
+  WeightFormat f = weights.empty() ? m->stored_format : parse_weight_format(weights);
+  if (f != WeightFormat::F32) m->convert_weights(f);
+  return m;
 }
 
 }  // namespace kvlm

@@ -26,16 +26,22 @@ struct Model {
   std::vector<float> final_norm, final_norm_bias;  // [dim]
   Linear lm_head;                              // [vocab][dim]; empty when tied to tok_emb
   std::vector<float> rope_inv_freq;            // [head_dim/2]
+  WeightFormat stored_format = WeightFormat::F32;  // the matrices' type in the file (load keeps it)
 
   // Bytes of all weights (what one decode step must read at least once).
   size_t weight_bytes() const;
-  size_t n_params() const { return weight_bytes() / sizeof(float); }
+  size_t n_params() const;
   // Fills rope_inv_freq from cfg.rope_theta; call after the config is final.
   void init_rope();
+  // Re-encodes every matrix (and the LM head, untied for the purpose) as `f`. Matrices whose
+  // rows are not a multiple of 32 stay f32; returns how many did.
+  int convert_weights(WeightFormat f);
 };
 
-// Loads a llama2.c .bin checkpoint or a Hugging Face folder (config.json + safetensors).
-std::unique_ptr<Model> load_model(const std::string& path);
+// Loads a llama2.c .bin checkpoint, a GGUF file or a Hugging Face folder (config.json +
+// safetensors). Matrices keep the file's type (f32, bf16/f16 -> bf16, Q8_0, Q4_0) unless
+// `weights` names another ("f32", "bf16", "q8_0", "q4_0"; "" = as stored).
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& weights = "");
 // The config alone (no weights read), and the bytes the weight files take on disk.
 ModelConfig load_model_config(const std::string& path, size_t* weight_bytes = nullptr);
 
