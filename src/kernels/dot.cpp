@@ -18,6 +18,9 @@ float dot_f32(const float* a, const float* b, size_t n) {
 void axpy_f32(float alpha, const float* x, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
+void dot4_f32(const float* a, const float* b, size_t b_stride, size_t n, float* out) {
+  for (int t = 0; t < 4; ++t) out[t] = dot_f32(a, b + t * b_stride, n);
+}
 }  // namespace scalar
 
 namespace avx2 {
@@ -28,20 +31,47 @@ __attribute__((target("avx2,fma"))) static float hsum(__m256 v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+// dot_f32 and dot4_f32 sum in exactly the same order (two accumulators over alternating
+// 8-lane chunks), so a token's result does not depend on whether it came in a batch: logits
+// with the KV cache equal logits without it.
 __attribute__((target("avx2,fma"))) static float dot_f32(const float* a, const float* b, size_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
   size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
+  for (; i + 16 <= n; i += 16) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
     acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);
-    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
   }
-  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  float s = hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  if (i + 8 <= n) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    i += 8;
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+__attribute__((target("avx2,fma"))) static void dot4_f32(const float* a, const float* b, size_t bs, size_t n,
+                                                         float* out) {
+  __m256 acc0[4], acc1[4];
+  for (int t = 0; t < 4; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 a0 = _mm256_loadu_ps(a + i), a1 = _mm256_loadu_ps(a + i + 8);
+    for (int t = 0; t < 4; ++t) {
+      acc0[t] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b + t * bs + i), acc0[t]);
+      acc1[t] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b + t * bs + i + 8), acc1[t]);
+    }
+  }
+  const bool eight = i + 8 <= n;
+  if (eight) {
+    __m256 a0 = _mm256_loadu_ps(a + i);
+    for (int t = 0; t < 4; ++t) acc0[t] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b + t * bs + i), acc0[t]);
+    i += 8;
+  }
+  for (int t = 0; t < 4; ++t) {
+    float s = hsum(_mm256_add_ps(acc0[t], acc1[t]));
+    for (size_t k = i; k < n; ++k) s += a[k] * b[t * bs + k];
+    out[t] = s;
+  }
 }
 __attribute__((target("avx2,fma"))) static void axpy_f32(float alpha, const float* x, float* y, size_t n) {
   __m256 va = _mm256_set1_ps(alpha);
@@ -55,14 +85,15 @@ __attribute__((target("avx2,fma"))) static void axpy_f32(float alpha, const floa
 namespace {
 struct Dispatch {
   float (*dot)(const float*, const float*, size_t);
+  void (*dot4)(const float*, const float*, size_t, size_t, float*);
   void (*axpy)(float, const float*, float*, size_t);
   const char* isa;
 };
 Dispatch pick() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    return {avx2::dot_f32, avx2::axpy_f32, "avx2"};
-  return {scalar::dot_f32, scalar::axpy_f32, "scalar"};
+    return {avx2::dot_f32, avx2::dot4_f32, avx2::axpy_f32, "avx2"};
+  return {scalar::dot_f32, scalar::dot4_f32, scalar::axpy_f32, "scalar"};
 }
 const Dispatch& dispatch() {
   static const Dispatch d = pick();
@@ -72,6 +103,9 @@ const Dispatch& dispatch() {
 
 float dot_f32(const float* a, const float* b, size_t n) { return dispatch().dot(a, b, n); }
 void axpy_f32(float alpha, const float* x, float* y, size_t n) { dispatch().axpy(alpha, x, y, n); }
+void dot4_f32(const float* a, const float* b, size_t b_stride, size_t n, float* out) {
+  dispatch().dot4(a, b, b_stride, n, out);
+}
 const char* kernel_isa() { return dispatch().isa; }
 
 }  // namespace kvlm

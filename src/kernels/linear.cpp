@@ -145,6 +145,31 @@ __attribute__((target("avx2,fma"))) float dot_bf16_avx2(const uint16_t* w, const
   return s;
 }
 
+// One weight row against four activation rows: each weight block is loaded (and for Q4_0
+// unpacked) once for four tokens. This is the prefill path.
+template <bool kQ4>
+__attribute__((target("avx2,fma"))) void dot4_avx2(const float* ws, const uint8_t* wq, const float* xs, const int8_t* xq,
+                                                   size_t xs_stride, size_t xq_stride, int nb, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const __m256i low = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
+  for (int b = 0; b < nb; ++b) {
+    __m256i w;
+    if constexpr (kQ4) {
+      __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wq + b * 16));
+      w = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low), eight);
+    } else {
+      w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + b * 32));
+    }
+    const __m256i aw = _mm256_sign_epi8(w, w);
+    for (int t = 0; t < 4; ++t) {
+      __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * xq_stride + b * 32));
+      __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w)), ones);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(ws[b] * xs[t * xs_stride + b]), _mm256_cvtepi32_ps(d), acc[t]);
+    }
+  }
+  for (int t = 0; t < 4; ++t) out[t] = reduce(acc[t]);
+}
+
 bool has_avx2() {
   static const bool yes = [] {
     __builtin_cpu_init();
@@ -213,10 +238,22 @@ void Linear::forward(const float* x, int n, float* y) const {
       quantize_row_q8_0(x + static_cast<size_t>(t) * in, in, xs.data() + static_cast<size_t>(t) * nb,
                         xq.data() + static_cast<size_t>(t) * in);
   }
+  const bool quad = has_avx2() && (fmt == WeightFormat::Q8_0 || fmt == WeightFormat::Q4_0);
   auto body = [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r) {
       float bias = B ? B[r] : 0.0f;
-      for (int t = 0; t < n; ++t) {
+      int t = 0;
+      for (; quad && t + 4 <= n; t += 4) {
+        float v[4];
+        const float* xst = xs.data() + static_cast<size_t>(t) * nb;
+        const int8_t* xqt = xq.data() + static_cast<size_t>(t) * in;
+        if (fmt == WeightFormat::Q8_0)
+          dot4_avx2<false>(scales.data() + r * nb, quants.data() + r * in, xst, xqt, nb, in, nb, v);
+        else
+          dot4_avx2<true>(scales.data() + r * nb, quants.data() + r * in / 2, xst, xqt, nb, in, nb, v);
+        for (int k = 0; k < 4; ++k) y[static_cast<size_t>(t + k) * out + r] = v[k] + bias;
+      }
+      for (; t < n; ++t) {
         float v;
         if (fmt == WeightFormat::BF16)
           v = dot_bf16(w16.data() + r * in, x + static_cast<size_t>(t) * in, in);

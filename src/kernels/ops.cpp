@@ -18,7 +18,13 @@ void matmul(const float* W, const float* B, int rows, int cols, const float* x, 
     for (size_t r = r0; r < r1; ++r) {
       const float* wr = W + r * cols;
       float bias = B ? B[r] : 0.0f;
-      for (int t = 0; t < n; ++t)
+      int t = 0;
+      for (; t + 4 <= n; t += 4) {  // four tokens per pass over the weight row
+        float v[4];
+        dot4_f32(wr, x + static_cast<size_t>(t) * cols, cols, cols, v);
+        for (int k = 0; k < 4; ++k) y[static_cast<size_t>(t + k) * rows + r] = v[k] + bias;
+      }
+      for (; t < n; ++t)
         y[static_cast<size_t>(t) * rows + r] = dot_f32(wr, x + static_cast<size_t>(t) * cols, cols) + bias;
     }
   };
