@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "cli/common.h"
 #include "cli/svg_plot.h"
@@ -32,6 +33,10 @@ struct BenchArgs {
   std::string preset = "distilgpt2", model, tokenizer, prompt = "What is KV caching?", prompt_ids, sweep_out = "kv_sweep.svg";
   int prompt_tokens = 0, runs = 10, warmup = 1, sweep_max = 1024, sweep_points = 16;
   std::vector<int> new_tokens = {20, 100};
+  std::string kv_dtype = "f32";
+  int kv_residual = 128, decode_steps = 16;
+  std::vector<int> decode_at;                 // contexts for the KV-type table
+  std::vector<std::string> kv_dtypes = {"f32", "bf16", "int8", "int4"};
   bool json = false, sweep = false, cache_on_only = false, no_roofline = false;
   uint64_t seed = 0;
 };
@@ -84,8 +89,10 @@ std::vector<int> prompt_ids(const BenchArgs& a, const Model& m) {
 
 // Mean TTFT or TPOT over `runs` generations, after warm-ups.
 Stat measure(const Model& m, const std::vector<int>& prompt, bool cache, int new_tokens, int runs, int warmup,
-             const std::string& label) {
+             const std::string& label, const BenchArgs& a) {
   GenerateOptions opt;
+  opt.kv_dtype = parse_kv_dtype(a.kv_dtype);
+  opt.kv_residual = a.kv_residual;
   opt.max_new_tokens = new_tokens;
   opt.use_kv_cache = cache;
   opt.stop_at_eos = false;
@@ -139,6 +146,43 @@ json sweep(const Model& m, const BenchArgs& a, std::vector<Series>& plot) {
   return rows;
 }
 
+// Decode TPOT and KV bytes per KV type at long contexts. The cache is filled with random K/V
+// (decode cost depends on the cache's size and type, not its values), so no long prefill runs.
+json kv_type_table(const Model& m, const BenchArgs& a) {
+  json rows = json::array();
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const ModelConfig& c = m.cfg;
+  for (const std::string& name : a.kv_dtypes) {
+    KvDtype dt = parse_kv_dtype(name);
+    for (int ctx : a.decode_at) {
+      if (ctx + a.decode_steps + 1 > c.max_seq_len && c.learned_positions) continue;
+      ContiguousKvCache cache(c, ctx + a.decode_steps + 1, dt, a.kv_residual);
+      std::vector<float> k(static_cast<size_t>(c.kv_dim())), v(k.size());
+      for (int p = 0; p < ctx; ++p)
+        for (int l = 0; l < c.n_layers; ++l) {
+          for (float& x : k) x = nd(rng);
+          for (float& x : v) x = nd(rng);
+          cache.store(l, p, 1, k.data(), v.data());
+        }
+      cache.set_length(ctx);
+      std::vector<float> logits;
+      int tok = 1;
+      forward(m, cache, &tok, 1, LogitsFor::Last, logits);  // warm-up step
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < a.decode_steps; ++i) forward(m, cache, &tok, 1, LogitsFor::Last, logits);
+      double tpot = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / a.decode_steps;
+      KvRowCodec codec{dt, c.kv_dim(), c.head_dim};
+      size_t hot = dt == KvDtype::F32 ? 0 : std::min(ctx, a.kv_residual);
+      size_t bytes = 2ull * c.n_layers * ((ctx - hot) * codec.bytes() + hot * c.kv_dim() * 4);
+      std::fprintf(stderr, "[bench] KV %s at %d: %.2f ms/token\n", name.c_str(), ctx, tpot);
+      rows.push_back({{"kv_dtype", name}, {"context", ctx}, {"tpot_ms", tpot}, {"kv_bytes", bytes},
+                      {"kv_bytes_per_token", static_cast<double>(bytes) / ctx}});
+    }
+  }
+  return rows;
+}
+
 int run_bench(const BenchArgs& a) {
   std::unique_ptr<Model> m;
   std::string name;
@@ -153,6 +197,20 @@ int run_bench(const BenchArgs& a) {
     name = a.preset + " (synthetic weights)";
   }
   const ModelConfig& c = m->cfg;
+  if (!a.decode_at.empty()) {  // the KV-type table alone
+    json t = kv_type_table(*m, a);
+    if (a.json) {
+      std::puts(json{{"model", name}, {"kv_types", t}, {"kv_residual", a.kv_residual}}.dump(1).c_str());
+      return 0;
+    }
+    std::printf("decode with each KV type: %s, %d threads, residual %d f32 positions\n\n", name.c_str(),
+                ThreadPool::global().size(), a.kv_residual);
+    std::printf("%-8s %-9s %-12s %-14s %s\n", "KV type", "context", "TPOT ms", "KV MB", "bytes/token");
+    for (const json& r : t)
+      std::printf("%-8s %-9d %-12.2f %-14.1f %.0f\n", r["kv_dtype"].get<std::string>().c_str(), r["context"].get<int>(),
+                  r["tpot_ms"].get<double>(), r["kv_bytes"].get<size_t>() / 1e6, r["kv_bytes_per_token"].get<double>());
+    return 0;
+  }
   std::vector<int> prompt = prompt_ids(a, *m);
   int longest = 1;
   for (int n : a.new_tokens) longest = std::max(longest, n);
@@ -172,10 +230,10 @@ int run_bench(const BenchArgs& a) {
   if (!a.cache_on_only) modes.push_back({"cache_off", false});
   for (auto& [key, cache] : modes) {
     std::string tag = cache ? "cache on" : "cache off";
-    j["results"][key]["ttft_ms"] = measure(*m, prompt, cache, 1, a.runs, a.warmup, tag + ": TTFT").to_json();
+    j["results"][key]["ttft_ms"] = measure(*m, prompt, cache, 1, a.runs, a.warmup, tag + ": TTFT", a).to_json();
     for (int n : a.new_tokens)
       j["results"][key]["tpot_ms"][std::to_string(n)] =
-          measure(*m, prompt, cache, n, a.runs, a.warmup, tag + ": TPOT @" + std::to_string(n)).to_json();
+          measure(*m, prompt, cache, n, a.runs, a.warmup, tag + ": TPOT @" + std::to_string(n), a).to_json();
   }
   if (!a.cache_on_only) {
     auto ratio = [&](const json& off, const json& on) { return off["mean"].get<double>() / on["mean"].get<double>(); };
@@ -308,6 +366,13 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--seed", a->seed, "seed of the synthetic weights");
   sub->add_flag("--cache-on-only", a->cache_on_only, "skip the (slow) no-cache runs");
   sub->add_flag("--json", a->json, "print one JSON object");
+  sub->add_option("--kv-dtype", a->kv_dtype, "KV element type for the experiment: f32 (default), bf16, int8, int4");
+  sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with a quantized KV (default 128)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--decode-at", a->decode_at, "instead: decode TPOT and KV bytes per KV type at these contexts")
+      ->delimiter(',')->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--kv-dtypes", a->kv_dtypes, "KV types for --decode-at (default f32,bf16,int8,int4)")->delimiter(',');
+  sub->add_option("--decode-steps", a->decode_steps, "timed decode steps per cell (default 16)")->check(CLI::Range(1, 100000));
   sub->add_flag("--no-roofline", a->no_roofline, "skip the bandwidth measurement");
   sub->add_flag("--sweep", a->sweep, "per-step decode latency against position, cache on and off, with a plot");
   sub->add_option("--sweep-max", a->sweep_max, "largest position of the sweep (default 1024)")->check(CLI::Range(32, 1 << 20));

@@ -15,7 +15,8 @@ namespace {
 
 struct GenerateArgs {
   std::string weights;  // "" = as stored in the file
-  std::string model, tokenizer, prompt, layout = "paged";
+  std::string model, tokenizer, prompt, layout = "paged", kv_dtype = "f32";
+  int kv_residual = 128;
   int max_new_tokens = 128, ctx = 0, block_size = 16, kv_blocks = 0, parallel = 1;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -135,6 +136,8 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
 int run_generate(const GenerateArgs& a) {
   if (a.layout != "paged" && a.layout != "contiguous") fail("--kv-layout must be paged or contiguous");
   if (a.parallel > 1 && (a.no_kv_cache || a.layout != "paged")) fail("--parallel needs the paged KV cache");
+  if (a.kv_dtype != "f32" && a.layout == "paged")
+    fail("--kv-dtype ", a.kv_dtype, " needs --kv-layout contiguous (quantized pages are not implemented yet)");
   auto model = load_model(a.model, a.weights);
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);
   std::vector<int> prompt = tok->encode_prompt(a.prompt);
@@ -145,6 +148,8 @@ int run_generate(const GenerateArgs& a) {
   opt.use_kv_cache = !a.no_kv_cache;
   opt.stop_at_eos = !a.ignore_eos;
   opt.context = a.ctx;
+  opt.kv_dtype = parse_kv_dtype(a.kv_dtype);
+  opt.kv_residual = a.kv_residual;
   if (static_cast<int>(prompt.size()) > (a.ctx > 0 ? a.ctx : model->cfg.max_seq_len))
     fail("prompt of ", prompt.size(), " tokens is longer than the context of ",
          a.ctx > 0 ? a.ctx : model->cfg.max_seq_len, " tokens");
@@ -203,6 +208,9 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--seed", a->seed, "sampling seed");
   sub->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence at every step");
   sub->add_option("--kv-layout", a->layout, "paged (default) or contiguous");
+  sub->add_option("--kv-dtype", a->kv_dtype, "KV element type: f32 (default), bf16, int8, int4 (contiguous layout)");
+  sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with a quantized KV (default 128)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--block-size", a->block_size, "tokens per KV block (paged, default 16)")->check(CLI::Range(1, 4096));
   sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: what the run needs)")
       ->check(CLI::Range(1, 1 << 24));

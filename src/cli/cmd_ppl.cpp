@@ -15,6 +15,8 @@ struct PplArgs {
   int ctx = 0;
   long max_tokens = 0;
   bool json = false;
+  std::string kv_dtype = "f32";
+  int kv_residual = 128;
 };
 
 int run_ppl(const PplArgs& a) {
@@ -23,6 +25,31 @@ int run_ppl(const PplArgs& a) {
   std::vector<int> ids = tok->encode_prompt(read_file(a.text));
   if (a.max_tokens > 0 && static_cast<long>(ids.size()) > a.max_tokens) ids.resize(a.max_tokens);
   int window = a.ctx > 0 ? a.ctx : model->cfg.max_seq_len;
+  KvDtype dtype = parse_kv_dtype(a.kv_dtype);
+  if (dtype != KvDtype::F32) {  // decode token by token through both caches and compare
+    KvQualityResult q = kv_quality(*model, ids, window, dtype, a.kv_residual);
+    nlohmann::json j{{"kv_dtype", a.kv_dtype},
+                     {"kv_residual", a.kv_residual},
+                     {"perplexity", q.quantized.perplexity},
+                     {"perplexity_f32_cache", q.f32.perplexity},
+                     {"perplexity_change_pct", q.ppl_change_pct},
+                     {"kld_mean", q.kld_mean},
+                     {"kld_p99", q.kld_p99},
+                     {"top1_unchanged", q.top1_same},
+                     {"scored_tokens", q.quantized.scored_tokens},
+                     {"kv_bytes_per_window", q.kv_bytes},
+                     {"kv_bytes_per_window_f32", q.kv_bytes_f32},
+                     {"ctx", window}};
+    if (a.json) {
+      std::puts(j.dump().c_str());
+    } else {
+      std::printf("perplexity %.6f with a %s KV cache (residual %d) vs %.6f with f32: %+.3f%%\n", q.quantized.perplexity,
+                  a.kv_dtype.c_str(), a.kv_residual, q.f32.perplexity, q.ppl_change_pct);
+      std::printf("KL divergence vs f32: mean %.3g, p99 %.3g nats | top-1 unchanged %.2f%% | KV %zu vs %zu bytes per window\n",
+                  q.kld_mean, q.kld_p99, 100 * q.top1_same, q.kv_bytes, q.kv_bytes_f32);
+    }
+    return 0;
+  }
   PerplexityResult r = perplexity(*model, ids, window);
   if (a.json) {
     nlohmann::json j{{"perplexity", r.perplexity}, {"mean_nll", r.mean_nll}, {"total_nll", r.total_nll},
@@ -47,6 +74,9 @@ Runner add_ppl(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "window length (default: the model's context)")->check(CLI::Range(2, 1 << 24));
   sub->add_option("--max-tokens", a->max_tokens, "score only the first N tokens (BOS included)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--kv-dtype", a->kv_dtype, "KV cache type: f32 (default), bf16, int8, int4; non-f32 decodes "
+                                             "token by token and reports the change against f32 (KLD, top-1)");
+  sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 (default 128)")->check(CLI::NonNegativeNumber);
   sub->add_flag("--json", a->json, "print one JSON object");
   return [a] { return run_ppl(*a); };
 }

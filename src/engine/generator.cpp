@@ -30,7 +30,7 @@ GenerateResult generate(const Model& m, const std::vector<int>& prompt, const Ge
   std::vector<float> logits;
   // With the cache on, one cache lives for the whole run. With it off, every step starts an
   // empty one and recomputes all positions: same forward, no reuse, nothing kept.
-  ContiguousKvCache cache(c, opt.use_kv_cache ? ctx : 1);
+  ContiguousKvCache cache(c, opt.use_kv_cache ? ctx : 1, opt.kv_dtype, opt.kv_residual);
   r.kv_cache_bytes = opt.use_kv_cache ? cache.bytes_allocated() : 0;
   auto t0 = clock::now();
   while (static_cast<int>(seq.size()) < total) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "kv/kv_quant.h"
 #include "model/model.h"
 
 namespace kvlm {
@@ -15,6 +16,8 @@ struct GenerateOptions {
   bool use_kv_cache = true;
   bool stop_at_eos = true;  // stop at EOS (and BOS, which starts a new document)
   int context = 0;          // 0 = the model's max_seq_len
+  KvDtype kv_dtype = KvDtype::F32;
+  int kv_residual = 128;    // newest positions kept f32 when kv_dtype is quantized
 };
 
 struct GenerateResult {

@@ -7,16 +7,54 @@
 
 namespace kvlm {
 
-ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int max_len)
-    : kv_dim_(cfg.kv_dim()), max_len_(max_len) {
+ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int max_len, KvDtype dtype, int residual)
+    : kv_dim_(cfg.kv_dim()), max_len_(max_len), codec_{dtype, cfg.kv_dim(), cfg.head_dim} {
   if (max_len <= 0) fail("KV cache length must be positive, got ", max_len);
+  if (residual < 0) fail("KV residual window must be >= 0, got ", residual);
+  if (!kv_dtype_fits(dtype, kv_dim_)) fail("KV dtype ", kv_dtype_name(dtype), " needs kv_dim divisible by 32, got ", kv_dim_);
+  const bool quantized = dtype != KvDtype::F32;
+  residual_ = quantized ? std::min(residual, max_len) : 0;
   for (int l = 0; l < cfg.n_layers; ++l) {
     int w = cfg.layer_window[l];
     int slots = (w > 0 && w < max_len) ? w : max_len;
     slots_.push_back(slots);
-    k_.emplace_back(static_cast<size_t>(slots) * kv_dim_);
-    v_.emplace_back(static_cast<size_t>(slots) * kv_dim_);
+    size_t f32_rows = quantized ? residual_ : slots;
+    k_.emplace_back(f32_rows * kv_dim_);
+    v_.emplace_back(f32_rows * kv_dim_);
+    if (quantized) {
+      kq_.emplace_back(static_cast<size_t>(slots) * codec_.data_bytes());
+      vq_.emplace_back(static_cast<size_t>(slots) * codec_.data_bytes());
+      kp_.emplace_back(static_cast<size_t>(slots) * codec_.n_params());
+      vp_.emplace_back(static_cast<size_t>(slots) * codec_.n_params());
+    }
   }
+}
+
+void ContiguousKvCache::encode_cold(int layer, int pos, const float* k, const float* v) {
+  size_t s = static_cast<size_t>(pos % slots_[layer]);
+  codec_.encode(k, kq_[layer].data() + s * codec_.data_bytes(), kp_[layer].data() + s * codec_.n_params());
+  codec_.encode(v, vq_[layer].data() + s * codec_.data_bytes(), vp_[layer].data() + s * codec_.n_params());
+}
+
+KvRun ContiguousKvCache::run(int layer, int pos, int max_n) const {
+  if (codec_.dtype == KvDtype::F32) return KvCache::run(layer, pos, max_n);
+  KvRun r;
+  const int hot_start = std::max(0, length_ - residual_);
+  if (pos >= hot_start) {  // the full-precision window
+    r.n = std::min(max_n, residual_ - pos % residual_);
+    r.k = k_[layer].data() + static_cast<size_t>(pos % residual_) * kv_dim_;
+    r.v = v_[layer].data() + static_cast<size_t>(pos % residual_) * kv_dim_;
+    return r;
+  }
+  const int slots = slots_[layer];
+  const size_t s = static_cast<size_t>(pos % slots);
+  r.n = std::min({max_n, hot_start - pos, slots - pos % slots});
+  r.codec = &codec_;
+  r.kq = kq_[layer].data() + s * codec_.data_bytes();
+  r.vq = vq_[layer].data() + s * codec_.data_bytes();
+  r.kp = kp_[layer].data() + s * codec_.n_params();
+  r.vp = vp_[layer].data() + s * codec_.n_params();
+  return r;
 }
 
 void ContiguousKvCache::prepare(int pos, int n) {
@@ -25,6 +63,23 @@ void ContiguousKvCache::prepare(int pos, int n) {
 
 void ContiguousKvCache::store(int layer, int pos, int n, const float* k, const float* v) {
   if (pos < 0 || pos + n > max_len_) fail("KV cache overflow: position ", pos + n, " > capacity ", max_len_);
+  if (codec_.dtype != KvDtype::F32) {
+    for (int t = 0; t < n; ++t) {
+      const int p = pos + t;
+      const float* kt = k + static_cast<size_t>(t) * kv_dim_;
+      const float* vt = v + static_cast<size_t>(t) * kv_dim_;
+      if (residual_ == 0) {
+        encode_cold(layer, p, kt, vt);
+        continue;
+      }
+      size_t slot = static_cast<size_t>(p % residual_) * kv_dim_;
+      if (p >= residual_)  // position p - residual leaves the window: encode it
+        encode_cold(layer, p - residual_, k_[layer].data() + slot, v_[layer].data() + slot);
+      std::memcpy(k_[layer].data() + slot, kt, kv_dim_ * sizeof(float));
+      std::memcpy(v_[layer].data() + slot, vt, kv_dim_ * sizeof(float));
+    }
+    return;
+  }
   // A ring keeps only the last `slots` positions of a long chunk.
   int first = std::max(0, n - slots_[layer]);
   for (int t = first; t < n; ++t) {
@@ -42,6 +97,8 @@ void ContiguousKvCache::set_length(int n) {
 size_t ContiguousKvCache::bytes_allocated() const {
   size_t b = 0;
   for (size_t l = 0; l < k_.size(); ++l) b += (k_[l].size() + v_[l].size()) * sizeof(float);
+  for (size_t l = 0; l < kq_.size(); ++l)
+    b += kq_[l].size() + vq_[l].size() + (kp_[l].size() + vp_[l].size()) * sizeof(float);
   return b;
 }
 

@@ -4,9 +4,23 @@
 #include <cstddef>
 #include <vector>
 
+#include "kv/kv_quant.h"
 #include "model/config.h"
 
 namespace kvlm {
+
+// Up to n consecutive positions of one layer, as stored: f32 rows (k, v; kv_dim floats apart),
+// or rows of a quantized codec (kq/vq data rows and kp/vp parameter rows).
+struct KvRun {
+  int n = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const KvRowCodec* codec = nullptr;
+  const uint8_t* kq = nullptr;
+  const uint8_t* vq = nullptr;
+  const float* kp = nullptr;
+  const float* vp = nullptr;
+};
 
 // Keys and values of every past position, per layer. The forward pass computes K/V for new
 // positions, attends over cached positions plus the new ones, then stores the new ones.
@@ -28,6 +42,14 @@ class KvCache {
   // How many positions from `pos` (at most max_n) lie in consecutive kv_dim rows of memory,
   // so attention can stream them without a lookup per position.
   virtual int contiguous_run(int layer, int pos, int max_n) const = 0;
+  // The run of stored rows starting at `pos` (attention reads the cache only through this).
+  virtual KvRun run(int layer, int pos, int max_n) const {
+    KvRun r;
+    r.n = contiguous_run(layer, pos, max_n);
+    r.k = key(layer, pos);
+    r.v = value(layer, pos);
+    return r;
+  }
   // Advances (after a forward) or truncates the sequence length.
   virtual void set_length(int n) = 0;
   // Bytes the cache has allocated for K and V.
@@ -36,9 +58,11 @@ class KvCache {
 
 // One contiguous buffer per layer, reserved up front for the maximum length.
 // A windowed layer (GPT-Neo local, Mistral) is a ring of W slots: it never needs more.
+// With a quantized dtype, the newest `residual` positions stay f32 in a ring of their own and
+// each position is encoded as it leaves that window (HF's quantized cache keeps 128 there).
 class ContiguousKvCache : public KvCache {
  public:
-  ContiguousKvCache(const ModelConfig& cfg, int max_len);
+  ContiguousKvCache(const ModelConfig& cfg, int max_len, KvDtype dtype = KvDtype::F32, int residual = 0);
 
   int length() const override { return length_; }
   int capacity() const override { return max_len_; }
@@ -49,6 +73,8 @@ class ContiguousKvCache : public KvCache {
   int contiguous_run(int layer, int pos, int max_n) const override {
     return std::min(max_n, slots_[layer] - pos % slots_[layer]);
   }
+  KvRun run(int layer, int pos, int max_n) const override;
+  KvDtype dtype() const { return codec_.dtype; }
   void set_length(int n) override;
   size_t bytes_allocated() const override;
   // Slots reserved for one layer (max_len, or its window).
@@ -59,8 +85,14 @@ class ContiguousKvCache : public KvCache {
 
   int kv_dim_, max_len_, length_ = 0;
   std::vector<int> slots_;               // [n_layers]
-  std::vector<std::vector<float>> k_;    // [n_layers][slots][kv_dim]
-  std::vector<std::vector<float>> v_;    // [n_layers][slots][kv_dim]
+  std::vector<std::vector<float>> k_;    // [n_layers][slots][kv_dim] (f32), or [residual][kv_dim] hot ring
+  std::vector<std::vector<float>> v_;    // likewise
+  // Quantized dtypes only:
+  KvRowCodec codec_;
+  int residual_ = 0;
+  std::vector<std::vector<uint8_t>> kq_, vq_;  // [n_layers][slots][codec data bytes]
+  std::vector<std::vector<float>> kp_, vp_;    // [n_layers][slots][codec params]
+  void encode_cold(int layer, int pos, const float* k, const float* v);
 };
 
 }  // namespace kvlm

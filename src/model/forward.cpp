@@ -54,6 +54,7 @@ void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const 
   constexpr int kSpan = 128;  // keys per online-softmax update, at fixed logical positions
   auto body = [&](size_t b, size_t e) {
     std::vector<float> m(group), l(group), acc(static_cast<size_t>(group) * hd), s(static_cast<size_t>(group) * kSpan);
+    std::vector<float> deq(static_cast<size_t>(kSpan) * hd);  // one span of a quantized head, decoded
     AttnState st{group, hd, m.data(), l.data(), acc.data()};
     for (size_t idx = b; idx < e; ++idx) {
       const int t = static_cast<int>(idx / c.n_kv_heads), g = static_cast<int>(idx % c.n_kv_heads);
@@ -62,33 +63,39 @@ void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const 
       const int pos0 = kv.length(), row0 = first_row[r.chunk];  // the chunk's first row is at pos0
       const int p = r.pos, lo = window > 0 ? std::max(0, p - window + 1) : 0;
       const float* qg = q + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd;
-      // Memory runs of [from, to): cached positions run by run, then the chunk's own rows.
-      auto for_runs = [&](int from, int to, auto&& fn) {
+      // Memory runs of [from, to) for head g: cached positions run by run (quantized ones decoded
+      // into `deq`, a span at a time), then the chunk's own rows. fn(offset, rows, stride, count).
+      auto for_runs = [&](int from, int to, bool values, auto&& fn) {
         for (int j = from; j < to;) {
-          int n;
-          const float *kj, *vj;
           if (j < pos0) {
-            n = kv.contiguous_run(layer, j, std::min(pos0, to) - j);
-            kj = kv.key(layer, j);
-            vj = kv.value(layer, j);
+            KvRun run = kv.run(layer, j, std::min(pos0, to) - j);
+            if (run.codec) {
+              const uint8_t* data = values ? run.vq : run.kq;
+              const float* params = values ? run.vp : run.kp;
+              for (int i = 0; i < run.n; ++i)
+                run.codec->decode_head(data + i * run.codec->data_bytes(), params + i * run.codec->n_params(), g,
+                                       deq.data() + static_cast<size_t>(i) * hd);
+              fn(j - from, deq.data(), static_cast<size_t>(hd), run.n);
+            } else {
+              fn(j - from, (values ? run.v : run.k) + g * hd, static_cast<size_t>(kv_dim), run.n);
+            }
+            j += run.n;
           } else {
-            n = to - j;
-            kj = k + static_cast<size_t>(row0 + j - pos0) * kv_dim;
-            vj = v + static_cast<size_t>(row0 + j - pos0) * kv_dim;
+            const float* base = (values ? v : k) + static_cast<size_t>(row0 + j - pos0) * kv_dim;
+            fn(j - from, base + g * hd, static_cast<size_t>(kv_dim), to - j);
+            j = to;
           }
-          fn(j - from, kj + g * hd, vj + g * hd, n);
-          j += n;
         }
       };
       st.reset();
       for (int j0 = lo; j0 <= p; j0 += kSpan) {
         const int j1 = std::min(p + 1, j0 + kSpan), n = j1 - j0;
-        for_runs(j0, j1, [&](int off, const float* kr, const float*, int cnt) {
-          attn_scores(qg, group, hd, c.attn_scale, kr, kv_dim, cnt, s.data() + off, kSpan);
+        for_runs(j0, j1, false, [&](int off, const float* kr, size_t stride, int cnt) {
+          attn_scores(qg, group, hd, c.attn_scale, kr, stride, cnt, s.data() + off, kSpan);
         });
         attn_update(st, s.data(), kSpan, n);
-        for_runs(j0, j1, [&](int off, const float*, const float* vr, int cnt) {
-          attn_accumulate(st, s.data() + off, kSpan, vr, kv_dim, cnt);
+        for_runs(j0, j1, true, [&](int off, const float* vr, size_t stride, int cnt) {
+          attn_accumulate(st, s.data() + off, kSpan, vr, stride, cnt);
         });
       }
       attn_finish(st, out + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd, hd);

@@ -1,0 +1,35 @@
+// KV element types and their row codecs. A row is one position's K (or V) for all KV heads:
+//   f32   kv_dim floats
+//   bf16  kv_dim bf16 values
+//   int8  kv_dim int8 + one f32 scale per head (symmetric, per token per head)
+//   int4  kv_dim/2 bytes of nibbles + per group of 32 values an f32 scale and zero point
+//         (asymmetric: x = zero + scale * q, q in 0..15)
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kvlm {
+
+enum class KvDtype { F32, BF16, INT8, INT4 };
+
+KvDtype parse_kv_dtype(const std::string& s);  // "f32", "bf16", "int8", "int4"
+const char* kv_dtype_name(KvDtype t);
+
+// Layout of one quantized row for a given kv_dim / head_dim.
+struct KvRowCodec {
+  KvDtype dtype;
+  int kv_dim, head_dim;
+  size_t data_bytes() const;   // the packed values
+  int n_params() const;        // f32 side values: scales (int8), scales + zeros (int4)
+  size_t bytes() const { return data_bytes() + n_params() * sizeof(float); }
+
+  void encode(const float* x, uint8_t* data, float* params) const;
+  // Decodes head h's head_dim values of a row into out.
+  void decode_head(const uint8_t* data, const float* params, int h, float* out) const;
+};
+
+// Whether a codec can hold rows of this shape (int4 needs kv_dim divisible by 32).
+bool kv_dtype_fits(KvDtype t, int kv_dim);
+
+}  // namespace kvlm
