@@ -84,3 +84,24 @@ TEST(EngineCli, BatchReportsThroughputAndPrefixHits) {
 
 }  // namespace
 }  // namespace kvlm
+
+namespace kvlm {
+namespace {
+
+TEST(EngineCli, KvCapacityInTokensOrBytes) {
+  KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "--kv-capacity");
+  std::string model = test::shared_path("models/stories260K/stories260K.bin");
+  // stories260K: 1280 bytes per token, so a 16-token block is 20480 bytes.
+  for (auto [spec, blocks] : std::vector<std::pair<std::string, int>>{{"64tok", 4}, {"100", 7}, {"0.1MB", 4}}) {
+    auto r = test::run_kvlm({"generate", "--model", model, "--prompt", "Once", "--max-new-tokens", "8", "--kv-capacity",
+                             spec, "--kv-stats", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << spec << ": " << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["kv_ledger"]["num_blocks"].get<int>(), blocks) << spec;
+  }
+  auto r = test::run_kvlm({"generate", "--model", model, "--prompt", "Once", "--kv-capacity", "12XB"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("unknown unit"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kvlm

@@ -72,7 +72,10 @@ TEST(Stories260KLogits, CliMatchesRunCDump) {
   KVLM_NEED_SHARED("golden/stories260K/logits_long_prompt_mia.f32", "logits against llama2.c run.c");
   json side = load_json(shared_path("golden/stories260K/logits_long_prompt_mia.json"));
   std::string ids;
-  for (int id : side["token_ids"].get<std::vector<int>>()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  for (int id : side["token_ids"].get<std::vector<int>>()) {
+    if (!ids.empty()) ids += ",";
+    ids += std::to_string(id);
+  }
   std::vector<float> want = test::read_f32(shared_path("golden/stories260K/logits_long_prompt_mia.f32"));
   for (const char* model : {kBin, kHf}) {
     for (bool stepwise : {false, true}) {

@@ -187,9 +187,10 @@ TEST(PagedKv, RandomizedStressKeepsInvariants) {
       size_t k = rng() % live.size();
       if (e.seq(live[k]).done()) {
         const Sequence& s = e.seq(live[k]);
-        if (s.state == SeqState::Finished && greedy_prompts.count(live[k]))
+        if (s.state == SeqState::Finished && greedy_prompts.count(live[k])) {
           ASSERT_EQ(generated(e, live[k]), run_alone(*m, greedy_prompts[live[k]], s.generated()))
               << "sequence " << live[k] << " changed under sharing/preemption";
+        }
         e.remove(live[k]);
         live.erase(live.begin() + k);
       }

@@ -14,6 +14,7 @@ namespace kvlm::cli {
 namespace {
 
 struct BatchArgs {
+  std::string kv_capacity;  // "" = the default pool
   std::string weights;  // "" = as stored in the file
   std::string model, tokenizer, prompts;
   int max_new_tokens = 64, block_size = 16, kv_blocks = 0, max_batch_tokens = 4096;
@@ -46,6 +47,8 @@ int run_batch(const BatchArgs& a) {
     need += (prompts.back().size() + a.max_new_tokens + a.block_size - 1) / a.block_size;
   }
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : static_cast<int>(std::min<size_t>(need, 1 << 24));
+  if (!a.kv_capacity.empty())
+    eo.num_blocks = parse_kv_capacity(a.kv_capacity, model->cfg.kv_bytes_per_token(4) * a.block_size, a.block_size);
   Engine e(*model, eo);
   std::vector<int> ids;
   auto t0 = std::chrono::steady_clock::now();
@@ -111,6 +114,7 @@ Runner add_batch(CLI::App& app) {
   sub->add_option("--prompts", a->prompts, "text file, one prompt per line")->required();
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens per prompt (default 64)")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--block-size", a->block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
+  sub->add_option("--kv-capacity", a->kv_capacity, "KV pool capacity: tokens (4096 or 4096tok) or bytes (64MB, 1GB)");
   sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: all sequences at full length)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")

@@ -14,9 +14,10 @@ namespace kvlm::cli {
 namespace {
 
 struct GenerateArgs {
+  std::string kv_capacity;  // "" = the default pool
   std::string weights;  // "" = as stored in the file
   std::string model, tokenizer, prompt, layout = "paged", kv_dtype = "f32";
-  int kv_residual = 128;
+  int kv_residual = 128, sink_tokens = 4, window = 0;
   int max_new_tokens = 128, ctx = 0, block_size = 16, kv_blocks = 0, parallel = 1;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -69,6 +70,8 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
   int ctx = a.ctx > 0 ? a.ctx : m.cfg.max_seq_len;
   int per_seq = (std::min<int>(ctx, static_cast<int>(prompt.size()) + a.max_new_tokens) + a.block_size - 1) / a.block_size;
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : per_seq * a.parallel;
+  if (!a.kv_capacity.empty())
+    eo.num_blocks = parse_kv_capacity(a.kv_capacity, m.cfg.kv_bytes_per_token(4) * a.block_size, a.block_size);
   Engine e(m, eo);
   int root = e.add({prompt, a.max_new_tokens, opt.sampling, opt.stop_at_eos, ""});
   std::vector<int> ids = {root};
@@ -136,9 +139,13 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
 int run_generate(const GenerateArgs& a) {
   if (a.layout != "paged" && a.layout != "contiguous") fail("--kv-layout must be paged or contiguous");
   if (a.parallel > 1 && (a.no_kv_cache || a.layout != "paged")) fail("--parallel needs the paged KV cache");
+  if (a.window > 0 && (a.layout == "paged" || a.no_kv_cache))
+    fail("--window (attention sinks) needs --kv-layout contiguous");
   if (a.kv_dtype != "f32" && a.layout == "paged")
     fail("--kv-dtype ", a.kv_dtype, " needs --kv-layout contiguous (quantized pages are not implemented yet)");
   auto model = load_model(a.model, a.weights);
+  if (a.window > 0 && model->cfg.rope == RopeKind::None)
+    fail("attention sinks need a RoPE model: ", model->cfg.arch, " bakes positions into its embeddings");
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);
   std::vector<int> prompt = tok->encode_prompt(a.prompt);
   if (prompt.empty()) fail("prompt is empty and the tokenizer adds no BOS: give a prompt");
@@ -150,7 +157,9 @@ int run_generate(const GenerateArgs& a) {
   opt.context = a.ctx;
   opt.kv_dtype = parse_kv_dtype(a.kv_dtype);
   opt.kv_residual = a.kv_residual;
-  if (static_cast<int>(prompt.size()) > (a.ctx > 0 ? a.ctx : model->cfg.max_seq_len))
+  opt.sink_tokens = a.sink_tokens;
+  opt.window = a.window;
+  if (a.window == 0 && static_cast<int>(prompt.size()) > (a.ctx > 0 ? a.ctx : model->cfg.max_seq_len))
     fail("prompt of ", prompt.size(), " tokens is longer than the context of ",
          a.ctx > 0 ? a.ctx : model->cfg.max_seq_len, " tokens");
   const bool paged = !a.no_kv_cache && a.layout == "paged";
@@ -211,7 +220,12 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--kv-dtype", a->kv_dtype, "KV element type: f32 (default), bf16, int8, int4 (contiguous layout)");
   sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with a quantized KV (default 128)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--window", a->window, "attention sinks: keep --sink-tokens plus the last W tokens, drop the middle, "
+                                         "and generate past the context (contiguous layout)")->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--sink-tokens", a->sink_tokens, "first tokens always kept with --window (default 4)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--block-size", a->block_size, "tokens per KV block (paged, default 16)")->check(CLI::Range(1, 4096));
+  sub->add_option("--kv-capacity", a->kv_capacity, "KV pool capacity: tokens (4096 or 4096tok) or bytes (64MB, 1GB)");
   sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: what the run needs)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_flag("--kv-stats", a->kv_stats, "print the KV memory ledger at its peak");

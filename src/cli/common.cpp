@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -50,6 +51,28 @@ std::vector<int> parse_ids(const std::string& s) {
   }
   if (ids.empty()) fail("--ids: no token ids given");
   return ids;
+}
+
+int parse_kv_capacity(const std::string& spec, size_t bytes_per_block, int block_size) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(spec, &used);
+  } catch (...) {
+    used = 0;
+  }
+  std::string unit = spec.substr(used);
+  if (used == 0 || !(v > 0)) fail("--kv-capacity '", spec, "': expected a positive number with tok, B, KB, MB or GB");
+  double blocks;
+  if (unit.empty() || unit == "tok" || unit == "tokens") {
+    blocks = std::ceil(v / block_size);
+  } else {
+    double mult = unit == "B" ? 1 : unit == "KB" ? 1e3 : unit == "MB" ? 1e6 : unit == "GB" ? 1e9 : 0;
+    if (mult == 0) fail("--kv-capacity '", spec, "': unknown unit '", unit, "' (tok, B, KB, MB, GB)");
+    blocks = std::floor(v * mult / bytes_per_block);
+  }
+  if (blocks < 1 || blocks > (1 << 24)) fail("--kv-capacity '", spec, "' gives ", blocks, " blocks (1..16M allowed)");
+  return static_cast<int>(blocks);
 }
 
 std::string read_file(const std::string& path) {

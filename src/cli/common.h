@@ -19,6 +19,8 @@ std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_path, con
 // "1,2,3" -> {1,2,3}; throws on anything else.
 std::vector<int> parse_ids(const std::string& s);
 std::string read_file(const std::string& path);
+// KV pool capacity from "<N>tok" (or a bare number: tokens), "<N>KB|MB|GB|B": blocks of the pool.
+int parse_kv_capacity(const std::string& spec, size_t bytes_per_block, int block_size);
 std::string json_escape_utf8(const std::string& s);
 
 // Each subcommand registers itself and returns the function that runs it.

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kv/kv_cache.h"
+#include "kv/sink_cache.h"
 #include "model/forward.h"
 
 namespace kvlm {
@@ -17,12 +18,14 @@ GenerateResult generate(const Model& m, const std::vector<int>& prompt, const Ge
                         const std::function<void(int)>& on_token) {
   using clock = std::chrono::steady_clock;
   const ModelConfig& c = m.cfg;
-  const int ctx = opt.context > 0 ? opt.context : c.max_seq_len;
+  const bool sinks = opt.window > 0;
+  const int ctx = sinks ? (1 << 30) : opt.context > 0 ? opt.context : c.max_seq_len;
   if (prompt.empty()) fail("prompt is empty: it needs at least one token (BOS)");
   if (opt.max_new_tokens < 0) fail("max-new-tokens must be >= 0");
-  if (static_cast<int>(prompt.size()) > ctx)
-    fail("prompt of ", prompt.size(), " tokens is longer than the context of ", ctx, " tokens");
-  const int total = std::min<int>(ctx, static_cast<int>(prompt.size()) + opt.max_new_tokens);
+  if (static_cast<int>(prompt.size()) > (sinks ? opt.window : ctx))
+    fail("prompt of ", prompt.size(), " tokens is longer than the ", sinks ? "window" : "context", " of ",
+         sinks ? opt.window : ctx, " tokens");
+  const int total = static_cast<int>(std::min<long>(ctx, static_cast<long>(prompt.size()) + opt.max_new_tokens));
 
   GenerateResult r;
   Sampler sampler(opt.sampling);
@@ -30,14 +33,20 @@ GenerateResult generate(const Model& m, const std::vector<int>& prompt, const Ge
   std::vector<float> logits;
   // With the cache on, one cache lives for the whole run. With it off, every step starts an
   // empty one and recomputes all positions: same forward, no reuse, nothing kept.
-  ContiguousKvCache cache(c, opt.use_kv_cache ? ctx : 1, opt.kv_dtype, opt.kv_residual);
+  std::unique_ptr<KvCache> owned;
+  if (sinks && opt.use_kv_cache)
+    owned = std::make_unique<SinkKvCache>(m, opt.sink_tokens, opt.window);
+  else
+    owned = std::make_unique<ContiguousKvCache>(c, opt.use_kv_cache ? ctx : 1, opt.kv_dtype, opt.kv_residual);
+  KvCache& cache = *owned;
   r.kv_cache_bytes = opt.use_kv_cache ? cache.bytes_allocated() : 0;
   auto t0 = clock::now();
   while (static_cast<int>(seq.size()) < total) {
     auto ts = clock::now();
     if (opt.use_kv_cache) {
-      int done = cache.length();
-      forward(m, cache, seq.data() + done, static_cast<int>(seq.size()) - done, LogitsFor::Last, logits);
+      // Tokens the cache has not seen: all of the prompt first, then the last sampled one.
+      int todo = r.generated.empty() ? static_cast<int>(seq.size()) : 1;
+      forward(m, cache, seq.data() + seq.size() - todo, todo, LogitsFor::Last, logits);
     } else {
       ContiguousKvCache scratch(c, static_cast<int>(seq.size()));
       forward(m, scratch, seq.data(), static_cast<int>(seq.size()), LogitsFor::Last, logits);

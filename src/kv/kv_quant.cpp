@@ -106,6 +106,18 @@ void KvRowCodec::decode_head(const uint8_t* data, const float* params, int h, fl
       return;
     }
     case KvDtype::INT4:
+      if (head_dim % 32 == 0) {  // whole groups: unpack nibble pairs without per-element arithmetic
+        for (int g0 = base / 32, gi = 0; gi < head_dim / 32; ++gi) {
+          const float s = params[2 * (g0 + gi)], z = params[2 * (g0 + gi) + 1];
+          const uint8_t* q = data + (g0 + gi) * 16;
+          float* o = out + gi * 32;
+          for (int i = 0; i < 16; ++i) {
+            o[2 * i] = z + s * (q[i] & 0xF);
+            o[2 * i + 1] = z + s * (q[i] >> 4);
+          }
+        }
+        return;
+      }
       for (int i = 0; i < head_dim; ++i) {
         int e = base + i, g = e / 32;
         uint8_t byte = data[e / 2];

@@ -123,20 +123,20 @@ void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vec
   std::vector<int> first_row;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const SeqChunk& ch = chunks[i];
-    const int pos0 = ch.kv->length();
     if (ch.n <= 0) fail("forward needs at least one token per sequence");
-    if (pos0 + ch.n > ch.kv->capacity())
-      fail("sequence of ", pos0 + ch.n, " tokens exceeds the context length ", ch.kv->capacity());
-    if (c.learned_positions && pos0 + ch.n > c.max_seq_len)
-      fail("sequence of ", pos0 + ch.n, " tokens exceeds the model's ", c.max_seq_len, " learned positions");
     for (int t = 0; t < ch.n; ++t)
       if (ch.tokens[t] < 0 || ch.tokens[t] >= c.vocab_size)
         fail("token id ", ch.tokens[t], " is outside the vocabulary [0, ", c.vocab_size, ")");
+    if (ch.kv->length() + ch.n > ch.kv->capacity())
+      fail("sequence of ", ch.kv->length() + ch.n, " tokens exceeds the context length ", ch.kv->capacity());
+    // Blocks are allocated (shared ones copied, sink windows evicted) before any layer writes.
+    ch.kv->prepare(ch.kv->length(), ch.n);
+    const int pos0 = ch.kv->length();
+    if (c.learned_positions && pos0 + ch.n > c.max_seq_len)
+      fail("sequence of ", pos0 + ch.n, " tokens exceeds the model's ", c.max_seq_len, " learned positions");
     first_row.push_back(static_cast<int>(rows.size()));
     for (int t = 0; t < ch.n; ++t) rows.push_back({static_cast<int>(i), pos0 + t});
   }
-  // Blocks are allocated (and shared blocks copied) before any layer writes.
-  for (const SeqChunk& ch : chunks) ch.kv->prepare(ch.kv->length(), ch.n);
   const int n = static_cast<int>(rows.size());
 
   // Activations, one row per token of the batch.

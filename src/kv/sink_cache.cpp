@@ -1,0 +1,64 @@
+#include "kv/sink_cache.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+namespace kvlm {
+
+SinkKvCache::SinkKvCache(const Model& m, int sinks, int window)
+    : model_(m), sinks_(sinks), slots_(sinks + window), kv_dim_(m.cfg.kv_dim()) {
+  if (sinks < 0 || window < 1) fail("attention sinks need --sink-tokens >= 0 and --window >= 1");
+  if (m.cfg.rope == RopeKind::None)
+    fail("attention sinks need a RoPE model: ", m.cfg.arch, " bakes positions into its embeddings");
+  if (slots_ > m.cfg.max_seq_len)
+    fail("sink tokens + window (", slots_, ") exceed the model's context ", m.cfg.max_seq_len);
+  for (int l = 0; l < m.cfg.n_layers; ++l) {
+    k_.emplace_back(static_cast<size_t>(slots_) * kv_dim_);
+    v_.emplace_back(static_cast<size_t>(slots_) * kv_dim_);
+  }
+}
+
+void SinkKvCache::prepare(int pos, int n) {
+  if (pos != length_) fail("internal error: sink cache writes must append");
+  if (n > slots_ - sinks_) fail("a chunk of ", n, " tokens does not fit the window of ", slots_ - sinks_);
+  if (length_ + n > slots_) evict(length_ + n - slots_);
+}
+
+void SinkKvCache::evict(int e) {
+  const ModelConfig& c = model_.cfg;
+  const int first = sinks_ + e, keep = length_ - first;  // rows [first, length) move to [sinks, ...)
+  for (size_t l = 0; l < k_.size(); ++l) {
+    float* k = k_[l].data();
+    float* v = v_[l].data();
+    std::memmove(k + static_cast<size_t>(sinks_) * kv_dim_, k + static_cast<size_t>(first) * kv_dim_,
+                 static_cast<size_t>(keep) * kv_dim_ * sizeof(float));
+    std::memmove(v + static_cast<size_t>(sinks_) * kv_dim_, v + static_cast<size_t>(first) * kv_dim_,
+                 static_cast<size_t>(keep) * kv_dim_ * sizeof(float));
+    for (int r = 0; r < keep; ++r)
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        float* kh = k + static_cast<size_t>(sinks_ + r) * kv_dim_ + h * c.head_dim;
+        if (c.rope == RopeKind::AdjacentPairs)
+          rope_adjacent(kh, c.head_dim, -e, model_.rope_inv_freq.data());
+        else
+          rope_rotate_half(kh, c.head_dim, -e, model_.rope_inv_freq.data());
+      }
+  }
+  length_ -= e;
+  evicted_ += e;
+}
+
+void SinkKvCache::store(int layer, int pos, int n, const float* k, const float* v) {
+  if (pos < 0 || pos + n > slots_) fail("internal error: sink cache store out of range");
+  std::memcpy(k_[layer].data() + static_cast<size_t>(pos) * kv_dim_, k, static_cast<size_t>(n) * kv_dim_ * sizeof(float));
+  std::memcpy(v_[layer].data() + static_cast<size_t>(pos) * kv_dim_, v, static_cast<size_t>(n) * kv_dim_ * sizeof(float));
+}
+
+void SinkKvCache::set_length(int n) {
+  if (n < 0 || n > slots_) fail("sink cache length ", n, " out of range [0, ", slots_, "]");
+  length_ = n;
+}
+
+}  // namespace kvlm
