@@ -10,13 +10,7 @@
 namespace kvlm {
 namespace {
 
-std::vector<float> randn(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 TEST(Kernels, DotMatchesScalarTwinAllSizesAndOffsets) {
   auto a = randn(600, 1), b = randn(600, 2);

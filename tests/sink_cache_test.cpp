@@ -31,7 +31,9 @@ TEST(SinkCache, ReRotatedKeysEqualKeysComputedAtTheirNewPositions) {
     forward(*m, sc, &tok, 1, LogitsFor::Last, got);
     forward(*m, plain, &tok, 1, LogitsFor::Last, want);
     ASSERT_LE(sc.length(), sinks + window);
-    if (t < sinks + window) EXPECT_EQ(test::max_abs_diff(got, want), 0.0f) << "step " << t;
+    if (t < sinks + window) {
+      EXPECT_EQ(test::max_abs_diff(got, want), 0.0f) << "step " << t;
+    }
     std::vector<int> kept(all.begin(), all.begin() + std::min<int>(sinks, all.size()));
     int tail = std::min<int>(static_cast<int>(all.size()) - static_cast<int>(kept.size()), window);
     kept.insert(kept.end(), all.end() - tail, all.end());

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 namespace kvlm::test {
@@ -74,6 +75,14 @@ RunResult run_kvlm(const std::vector<std::string>& args) {
   r.out = read_file(out);
   r.err = read_file(err);
   return r;
+}
+
+std::vector<float> randn(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
 }
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -40,5 +40,7 @@ struct RunResult {
 RunResult run_kvlm(const std::vector<std::string>& args);
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+// n standard-normal floats from a seeded generator.
+std::vector<float> randn(size_t n, uint64_t seed);
 
 }  // namespace kvlm::test

@@ -15,13 +15,7 @@
 namespace kvlm {
 namespace {
 
-std::vector<float> randn(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 TEST(WeightKernels, QuantizedDotsMatchScalarTwinsAtEverySizeAndOffset) {
   for (int nb = 1; nb <= 12; ++nb)
@@ -93,7 +87,9 @@ TEST(WeightFormats, FixturesWithEveryWeightType) {
       double a = agreement(*load_model(dir, b.fmt), ids, ref, &err);
       std::printf("[ measured ] %-13s %-5s top-1 agreement %5.1f%%, max-abs logit error %.4f\n", f, b.fmt, 100 * a, err);
       EXPECT_GE(a, b.min_agree) << f << " " << b.fmt;
-      if (std::string(b.fmt) == "f32") EXPECT_LE(err, 1e-4f);
+      if (std::string(b.fmt) == "f32") {
+        EXPECT_LE(err, 1e-4f);
+      }
     }
   }
 }

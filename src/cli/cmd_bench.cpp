@@ -184,18 +184,8 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
 }
 
 int run_bench(const BenchArgs& a) {
-  std::unique_ptr<Model> m;
   std::string name;
-  if (!a.model.empty()) {
-    m = load_model(a.model, a.weights);
-    name = a.model;
-  } else {
-    std::fprintf(stderr, "[bench] building %s with synthetic weights (seed %llu)\n", a.preset.c_str(),
-                 static_cast<unsigned long long>(a.seed));
-    m = synthetic_model(preset_config(a.preset), a.seed);
-    if (!a.weights.empty()) m->convert_weights(parse_weight_format(a.weights));
-    name = a.preset + " (synthetic weights)";
-  }
+  std::unique_ptr<Model> m = model_or_preset(a.model, a.preset, a.weights, a.seed, name);
   const ModelConfig& c = m->cfg;
   if (!a.decode_at.empty()) {  // the KV-type table alone
     json t = kv_type_table(*m, a);

@@ -136,16 +136,8 @@ json waste(const Model& m, const ServingArgs& a) {
 }
 
 int run_serving(const ServingArgs& a) {
-  std::unique_ptr<Model> m;
   std::string name;
-  if (!a.model.empty()) {
-    m = load_model(a.model, a.weights);
-    name = a.model;
-  } else {
-    m = synthetic_model(preset_config(a.preset), a.seed);
-    if (!a.weights.empty()) m->convert_weights(parse_weight_format(a.weights));
-    name = a.preset + " (synthetic weights)";
-  }
+  std::unique_ptr<Model> m = model_or_preset(a.model, a.preset, a.weights, a.seed, name);
   json j{{"model", name}, {"threads", ThreadPool::global().size()}, {"block_size", a.block_size}, {"runs", a.runs}};
   j["concurrency"] = concurrency_sweep(*m, a);
   if (a.prefix_tokens > 0 && a.prefix_tokens + 17 <= m->cfg.max_seq_len) j["prefix_ttft"] = prefix_ttft(*m, a);

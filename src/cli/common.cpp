@@ -1,11 +1,13 @@
 #include "cli/common.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "model/synthetic.h"
 
 namespace kvlm::cli {
 
@@ -32,6 +34,20 @@ std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_path, con
   if (tok->vocab_size() > m.cfg.vocab_size)
     fail("tokenizer has ", tok->vocab_size(), " tokens but the model only ", m.cfg.vocab_size);
   return tok;
+}
+
+std::unique_ptr<Model> model_or_preset(const std::string& model, const std::string& preset, const std::string& weights,
+                                       uint64_t seed, std::string& name) {
+  if (!model.empty()) {
+    name = model;
+    return load_model(model, weights);
+  }
+  std::fprintf(stderr, "[kvlm] building %s with synthetic weights (seed %llu)\n", preset.c_str(),
+               static_cast<unsigned long long>(seed));
+  auto m = synthetic_model(preset_config(preset), seed);
+  if (!weights.empty()) m->convert_weights(parse_weight_format(weights));
+  name = preset + " (synthetic weights)";
+  return m;
 }
 
 std::vector<int> parse_ids(const std::string& s) {

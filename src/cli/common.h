@@ -16,6 +16,11 @@ std::string resolve_tokenizer(const std::string& model_path, const std::string& 
 std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_path, const std::string& explicit_path,
                                               const Model& m);
 
+// The benchmarks' model: a real one (--model), or a built-in shape with synthetic weights, with
+// its matrices converted to `weights` ("" = as stored). `name` describes it.
+std::unique_ptr<Model> model_or_preset(const std::string& model, const std::string& preset, const std::string& weights,
+                                       uint64_t seed, std::string& name);
+
 // "1,2,3" -> {1,2,3}; throws on anything else.
 std::vector<int> parse_ids(const std::string& s);
 std::string read_file(const std::string& path);

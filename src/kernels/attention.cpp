@@ -1,4 +1,5 @@
 #include "kernels/attention.h"
+#include "kernels/dot.h"
 
 #include <immintrin.h>
 
@@ -15,14 +16,6 @@ void AttnState::reset() {
 }
 
 namespace {
-
-bool has_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return yes;
-}
 
 __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int n) {
   int i = 0;
@@ -79,14 +72,14 @@ void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float
 
 void attn_scores(const float* q, int g, int hd, float scale, const float* k, size_t stride, int n, float* s,
                  size_t s_stride) {
-  if (has_avx2())
+  if (cpu_has_avx2())
     scores_avx2(q, g, hd, scale, k, stride, n, s, s_stride);
   else
     scalar::attn_scores(q, g, hd, scale, k, stride, n, s, s_stride);
 }
 
 void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n) {
-  if (has_avx2())
+  if (cpu_has_avx2())
     accumulate_avx2(st, p, p_stride, v, stride, n);
   else
     scalar::attn_accumulate(st, p, p_stride, v, stride, n);

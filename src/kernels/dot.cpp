@@ -90,8 +90,7 @@ struct Dispatch {
   const char* isa;
 };
 Dispatch pick() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+  if (cpu_has_avx2())
     return {avx2::dot_f32, avx2::dot4_f32, avx2::axpy_f32, "avx2"};
   return {scalar::dot_f32, scalar::dot4_f32, scalar::axpy_f32, "scalar"};
 }
@@ -100,6 +99,14 @@ const Dispatch& dispatch() {
   return d;
 }
 }  // namespace
+
+bool cpu_has_avx2() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return yes;
+}
 
 float dot_f32(const float* a, const float* b, size_t n) { return dispatch().dot(a, b, n); }
 void axpy_f32(float alpha, const float* x, float* y, size_t n) { dispatch().axpy(alpha, x, y, n); }

@@ -18,6 +18,8 @@ void dot4_f32(const float* a, const float* b, size_t b_stride, size_t n, float* 
 void axpy_f32(float alpha, const float* x, float* y, size_t n);
 }  // namespace scalar
 
+// Whether this CPU runs the AVX2+FMA kernels (checked once).
+bool cpu_has_avx2();
 // Name of the instruction set the dispatched kernels use ("avx2" or "scalar").
 const char* kernel_isa();
 

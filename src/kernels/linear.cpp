@@ -170,26 +170,18 @@ __attribute__((target("avx2,fma"))) void dot4_avx2(const float* ws, const uint8_
   for (int t = 0; t < 4; ++t) out[t] = reduce(acc[t]);
 }
 
-bool has_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return yes;
-}
-
 constexpr size_t kMinParallelWork = 1 << 16;
 
 }  // namespace
 
 float dot_q8_0(const float* ws, const int8_t* wq, const float* xs, const int8_t* xq, int nb) {
-  return has_avx2() ? dot_q8_0_avx2(ws, wq, xs, xq, nb) : scalar::dot_q8_0(ws, wq, xs, xq, nb);
+  return cpu_has_avx2() ? dot_q8_0_avx2(ws, wq, xs, xq, nb) : scalar::dot_q8_0(ws, wq, xs, xq, nb);
 }
 float dot_q4_0(const float* ws, const uint8_t* wq, const float* xs, const int8_t* xq, int nb) {
-  return has_avx2() ? dot_q4_0_avx2(ws, wq, xs, xq, nb) : scalar::dot_q4_0(ws, wq, xs, xq, nb);
+  return cpu_has_avx2() ? dot_q4_0_avx2(ws, wq, xs, xq, nb) : scalar::dot_q4_0(ws, wq, xs, xq, nb);
 }
 float dot_bf16(const uint16_t* w, const float* x, int n) {
-  return has_avx2() ? dot_bf16_avx2(w, x, n) : scalar::dot_bf16(w, x, n);
+  return cpu_has_avx2() ? dot_bf16_avx2(w, x, n) : scalar::dot_bf16(w, x, n);
 }
 
 bool Linear::convert(WeightFormat f) {
@@ -238,7 +230,7 @@ void Linear::forward(const float* x, int n, float* y) const {
       quantize_row_q8_0(x + static_cast<size_t>(t) * in, in, xs.data() + static_cast<size_t>(t) * nb,
                         xq.data() + static_cast<size_t>(t) * in);
   }
-  const bool quad = has_avx2() && (fmt == WeightFormat::Q8_0 || fmt == WeightFormat::Q4_0);
+  const bool quad = cpu_has_avx2() && (fmt == WeightFormat::Q8_0 || fmt == WeightFormat::Q4_0);
   auto body = [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r) {
       float bias = B ? B[r] : 0.0f;

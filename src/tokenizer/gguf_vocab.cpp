@@ -48,18 +48,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
     std::vector<float> scores(sc.begin(), sc.end());
     std::vector<bool> mergeable(tokens.size(), true);
     for (size_t i = 0; i < types.size(); ++i) mergeable[i] = types[i] == 1;  // 1 = normal piece
-    for (std::string& t : tokens) {
-      std::string out;
-      for (size_t i = 0; i < t.size(); ++i) {
-        if (t.compare(i, 3, "\xE2\x96\x81") == 0) {
-          out += ' ';
-          i += 2;
-        } else {
-          out += t[i];
-        }
-      }
-      t = out;
-    }
+    for (std::string& t : tokens) t = metaspace_to_space(t);
     auto sp = SentencePieceBpe::from_scores(std::move(tokens), std::move(scores), mergeable);
     sp->unk_id = std::max(0, optional_id(g, "tokenizer.ggml.unknown_token_id", vocab));
     if (g.has("tokenizer.ggml.add_space_prefix"))

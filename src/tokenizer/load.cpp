@@ -193,18 +193,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const std::string& text, const st
   for (auto& [s, id] : vocab) max_id = std::max(max_id, id);
   for (auto& [s, id] : added) max_id = std::max(max_id, id);
   std::vector<std::string> pieces(max_id + 1);
-  auto unmeta = [](const std::string& s) {
-    std::string out;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s.compare(i, 3, "\xE2\x96\x81") == 0) {
-        out += ' ';
-        i += 2;
-      } else {
-        out += s[i];
-      }
-    }
-    return out;
-  };
+  const auto& unmeta = metaspace_to_space;
   for (auto& [s, id] : vocab) pieces[id] = unmeta(s);
   for (auto& [s, id] : added) pieces[id] = s;
   for (auto& m : merges) {

@@ -26,6 +26,19 @@ bool parse_byte_piece(const std::string& p, int& byte) {
 }
 }  // namespace
 
+std::string metaspace_to_space(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s.compare(i, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 void SentencePieceBpe::index_pieces() {
   ids_.clear();
   std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
@@ -99,14 +112,7 @@ std::vector<int> SentencePieceBpe::encode_ordinary(const std::string& text) cons
   if (text.empty()) return out;
   // SentencePiece writes spaces as U+2581, so a literal U+2581 in the text is a space too.
   std::string s = dummy_prefix ? " " : "";
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text.compare(i, 3, "\xE2\x96\x81") == 0) {
-      s += ' ';
-      i += 2;
-    } else {
-      s += text[i];
-    }
-  }
+  s += metaspace_to_space(text);
   if (!split_on_space) {
     encode_word(s, out);
     return out;

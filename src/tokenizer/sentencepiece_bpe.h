@@ -40,6 +40,9 @@ class SentencePieceBpe : public Tokenizer {
   MergeTable merges_;
 };
 
+// U+2581 ('▁', SentencePiece's space) -> ' ', the form pieces are kept in.
+std::string metaspace_to_space(const std::string& s);
+
 // Reads a SentencePiece tokenizer.model (protobuf); BPE models only.
 std::unique_ptr<SentencePieceBpe> read_sentencepiece_model(const std::string& path);
 

@@ -117,16 +117,7 @@ std::unique_ptr<SentencePieceBpe> read_sentencepiece_model(const std::string& pa
     if (types[i] == 2) unk = static_cast<int>(i);
     if (types[i] == 3 && pieces[i] == "<s>") bos = static_cast<int>(i);
     if (types[i] == 3 && pieces[i] == "</s>") eos = static_cast<int>(i);
-    std::string out;  // U+2581 -> ' '
-    for (size_t k = 0; k < pieces[i].size(); ++k) {
-      if (pieces[i].compare(k, 3, "\xE2\x96\x81") == 0) {
-        out += ' ';
-        k += 2;
-      } else {
-        out += pieces[i][k];
-      }
-    }
-    pieces[i] = out;
+    pieces[i] = metaspace_to_space(pieces[i]);
   }
   auto t = SentencePieceBpe::from_scores(std::move(pieces), std::move(scores), mergeable);
   t->dummy_prefix = dummy_prefix;
