@@ -92,24 +92,10 @@ float dot_bf16(const uint16_t* w, const float* x, int n) {
 
 namespace {
 
-// Integer dot of one 32-value block, as 8 float lanes. Q8_0 weights are signed: |w| * (x * sign(w))
-// in u8 x s8 pairs. Q4_0 weights stay unsigned nibbles 0..15 (u8 x s8 directly); their -8 offset
-// is applied afterwards through the activation block sums, saving the sign operations.
-template <bool kQ4>
-__attribute__((target("avx2,fma"))) inline __m256 block_dot(__m256i w, __m256i x) {
-  __m256i d16 = kQ4 ? _mm256_maddubs_epi16(w, x) : _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(d16, _mm256_set1_epi16(1)));
-}
-
-template <bool kQ4>
-__attribute__((target("avx2,fma"))) inline __m256i load_block(const uint8_t* wq, int b) {
-  if constexpr (kQ4) {
-    __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wq + b * 16));
-    // low nibbles -> values 0..15, high nibbles -> values 16..31
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0xF));
-  } else {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + b * 32));
-  }
+__attribute__((target("avx2,fma"))) inline __m256 hsum_i8_block(__m256i w, __m256i x) {
+  // |w| * (x * sign(w)) in u8 x s8 pairs, then pairs of int16 -> int32 (no overflow: 2*127*127).
+  __m256i dot16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
 }
 
 __attribute__((target("avx2,fma"))) inline float reduce(__m256 acc) {
@@ -119,53 +105,30 @@ __attribute__((target("avx2,fma"))) inline float reduce(__m256 acc) {
   return _mm_cvtss_f32(s);
 }
 
-// One weight row against T activation rows (T = 1 for decode, 4 for prefill), with two
-// accumulators per row over even and odd blocks: the FMA chain's latency, not the integer work,
-// bounded the one-accumulator loop. Both T use the same order, so results do not depend on
-// batching. xcorr[t][b] = 8 * xs[t][b] * sum(xq[t] block b) undoes the Q4_0 offset.
-template <bool kQ4, int T>
-__attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* ws, const uint8_t* wq, const float* xs,
-                                                       const int8_t* xq, const float* xcorr, size_t xs_stride,
-                                                       size_t xq_stride, int nb, float* out) {
-  __m256 acc0[T], acc1[T];
-  float corr[T];
-  for (int t = 0; t < T; ++t) {
-    acc0[t] = acc1[t] = _mm256_setzero_ps();
-    corr[t] = 0.0f;
+__attribute__((target("avx2,fma"))) float dot_q8_0_avx2(const float* ws, const int8_t* wq, const float* xs,
+                                                        const int8_t* xq, int nb) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + b * 32));
+    __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(ws[b] * xs[b]), hsum_i8_block(w, x), acc);
   }
-  int b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    const __m256i w0 = load_block<kQ4>(wq, b), w1 = load_block<kQ4>(wq, b + 1);
-    for (int t = 0; t < T; ++t) {
-      const int8_t* x = xq + t * xq_stride + b * 32;
-      const float* sx = xs + t * xs_stride + b;
-      acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(ws[b] * sx[0]),
-                                block_dot<kQ4>(w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), acc0[t]);
-      acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(ws[b + 1] * sx[1]),
-                                block_dot<kQ4>(w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32))), acc1[t]);
-    }
-  }
-  if (b < nb) {
-    const __m256i w0 = load_block<kQ4>(wq, b);
-    for (int t = 0; t < T; ++t) {
-      const int8_t* x = xq + t * xq_stride + b * 32;
-      acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(ws[b] * xs[t * xs_stride + b]),
-                                block_dot<kQ4>(w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), acc0[t]);
-    }
-  }
-  if constexpr (kQ4)
-    for (int t = 0; t < T; ++t)
-      for (int k = 0; k < nb; ++k) corr[t] += ws[k] * xcorr[t * xs_stride + k];
-  for (int t = 0; t < T; ++t) out[t] = reduce(_mm256_add_ps(acc0[t], acc1[t])) - corr[t];
+  return reduce(acc);
 }
 
-// 8 * xs[b] * (sum of the block's int8 values), per block of one activation row.
-void q4_corrections(const float* xs, const int8_t* xq, int nb, float* xcorr) {
+__attribute__((target("avx2,fma"))) float dot_q4_0_avx2(const float* ws, const uint8_t* wq, const float* xs,
+                                                        const int8_t* xq, int nb) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
   for (int b = 0; b < nb; ++b) {
-    int sum = 0;
-    for (int i = 0; i < 32; ++i) sum += xq[b * 32 + i];
-    xcorr[b] = 8.0f * xs[b] * static_cast<float>(sum);
+    __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wq + b * 16));
+    // low nibbles -> values 0..15, high nibbles -> values 16..31
+    __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    __m256i w = _mm256_sub_epi8(_mm256_and_si256(both, low), eight);
+    __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(ws[b] * xs[b]), hsum_i8_block(w, x), acc);
   }
+  return reduce(acc);
 }
 
 __attribute__((target("avx2,fma"))) float dot_bf16_avx2(const uint16_t* w, const float* x, int n) {
@@ -182,23 +145,40 @@ __attribute__((target("avx2,fma"))) float dot_bf16_avx2(const uint16_t* w, const
   return s;
 }
 
+// One weight row against four activation rows: each weight block is loaded (and for Q4_0
+// unpacked) once for four tokens. This is the prefill path.
+template <bool kQ4>
+__attribute__((target("avx2,fma"))) void dot4_avx2(const float* ws, const uint8_t* wq, const float* xs, const int8_t* xq,
+                                                   size_t xs_stride, size_t xq_stride, int nb, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const __m256i low = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
+  for (int b = 0; b < nb; ++b) {
+    __m256i w;
+    if constexpr (kQ4) {
+      __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wq + b * 16));
+      w = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low), eight);
+    } else {
+      w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + b * 32));
+    }
+    const __m256i aw = _mm256_sign_epi8(w, w);
+    for (int t = 0; t < 4; ++t) {
+      __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * xq_stride + b * 32));
+      __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w)), ones);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(ws[b] * xs[t * xs_stride + b]), _mm256_cvtepi32_ps(d), acc[t]);
+    }
+  }
+  for (int t = 0; t < 4; ++t) out[t] = reduce(acc[t]);
+}
+
 constexpr size_t kMinParallelWork = 1 << 16;
 
 }  // namespace
 
 float dot_q8_0(const float* ws, const int8_t* wq, const float* xs, const int8_t* xq, int nb) {
-  if (!cpu_has_avx2()) return scalar::dot_q8_0(ws, wq, xs, xq, nb);
-  float r;
-  dot_rows_avx2<false, 1>(ws, reinterpret_cast<const uint8_t*>(wq), xs, xq, nullptr, 0, 0, nb, &r);
-  return r;
+  return cpu_has_avx2() ? dot_q8_0_avx2(ws, wq, xs, xq, nb) : scalar::dot_q8_0(ws, wq, xs, xq, nb);
 }
 float dot_q4_0(const float* ws, const uint8_t* wq, const float* xs, const int8_t* xq, int nb) {
-  if (!cpu_has_avx2()) return scalar::dot_q4_0(ws, wq, xs, xq, nb);
-  std::vector<float> xcorr(nb);
-  q4_corrections(xs, xq, nb, xcorr.data());
-  float r;
-  dot_rows_avx2<true, 1>(ws, wq, xs, xq, xcorr.data(), 0, 0, nb, &r);
-  return r;
+  return cpu_has_avx2() ? dot_q4_0_avx2(ws, wq, xs, xq, nb) : scalar::dot_q4_0(ws, wq, xs, xq, nb);
 }
 float dot_bf16(const uint16_t* w, const float* x, int n) {
   return cpu_has_avx2() ? dot_bf16_avx2(w, x, n) : scalar::dot_bf16(w, x, n);
@@ -241,50 +221,40 @@ void Linear::forward(const float* x, int n, float* y) const {
     return;
   }
   const int nb = in / 32;
-  const bool q4 = fmt == WeightFormat::Q4_0;
-  std::vector<float> xs, xcorr;
+  std::vector<float> xs;
   std::vector<int8_t> xq;
   if (fmt != WeightFormat::BF16) {  // activations to Q8_0, once per call
     xs.resize(static_cast<size_t>(n) * nb);
     xq.resize(static_cast<size_t>(n) * in);
-    if (q4) xcorr.resize(xs.size());
-    for (int t = 0; t < n; ++t) {
+    for (int t = 0; t < n; ++t)
       quantize_row_q8_0(x + static_cast<size_t>(t) * in, in, xs.data() + static_cast<size_t>(t) * nb,
                         xq.data() + static_cast<size_t>(t) * in);
-      if (q4)
-        q4_corrections(xs.data() + static_cast<size_t>(t) * nb, xq.data() + static_cast<size_t>(t) * in, nb,
-                       xcorr.data() + static_cast<size_t>(t) * nb);
-    }
   }
-  const bool simd = cpu_has_avx2() && fmt != WeightFormat::BF16;
-  const size_t row_bytes = q4 ? in / 2 : in;
+  const bool quad = cpu_has_avx2() && (fmt == WeightFormat::Q8_0 || fmt == WeightFormat::Q4_0);
   auto body = [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r) {
       float bias = B ? B[r] : 0.0f;
-      const float* wsr = scales.data() + r * nb;
-      const uint8_t* wqr = quants.data() + r * row_bytes;
       int t = 0;
-      for (; simd && t + 4 <= n; t += 4) {  // prefill: each weight block serves four tokens
+      for (; quad && t + 4 <= n; t += 4) {
         float v[4];
-        const size_t xo = static_cast<size_t>(t) * nb, qo = static_cast<size_t>(t) * in;
-        if (q4)
-          dot_rows_avx2<true, 4>(wsr, wqr, xs.data() + xo, xq.data() + qo, xcorr.data() + xo, nb, in, nb, v);
+        const float* xst = xs.data() + static_cast<size_t>(t) * nb;
+        const int8_t* xqt = xq.data() + static_cast<size_t>(t) * in;
+        if (fmt == WeightFormat::Q8_0)
+          dot4_avx2<false>(scales.data() + r * nb, quants.data() + r * in, xst, xqt, nb, in, nb, v);
         else
-          dot_rows_avx2<false, 4>(wsr, wqr, xs.data() + xo, xq.data() + qo, nullptr, nb, in, nb, v);
+          dot4_avx2<true>(scales.data() + r * nb, quants.data() + r * in / 2, xst, xqt, nb, in, nb, v);
         for (int k = 0; k < 4; ++k) y[static_cast<size_t>(t + k) * out + r] = v[k] + bias;
       }
       for (; t < n; ++t) {
         float v;
-        const size_t xo = static_cast<size_t>(t) * nb, qo = static_cast<size_t>(t) * in;
         if (fmt == WeightFormat::BF16)
           v = dot_bf16(w16.data() + r * in, x + static_cast<size_t>(t) * in, in);
-        else if (!simd)
-          v = q4 ? scalar::dot_q4_0(wsr, wqr, xs.data() + xo, xq.data() + qo, nb)
-                 : scalar::dot_q8_0(wsr, reinterpret_cast<const int8_t*>(wqr), xs.data() + xo, xq.data() + qo, nb);
-        else if (q4)
-          dot_rows_avx2<true, 1>(wsr, wqr, xs.data() + xo, xq.data() + qo, xcorr.data() + xo, nb, in, nb, &v);
+        else if (fmt == WeightFormat::Q8_0)
+          v = dot_q8_0(scales.data() + r * nb, reinterpret_cast<const int8_t*>(quants.data()) + r * in,
+                       xs.data() + static_cast<size_t>(t) * nb, xq.data() + static_cast<size_t>(t) * in, nb);
         else
-          dot_rows_avx2<false, 1>(wsr, wqr, xs.data() + xo, xq.data() + qo, nullptr, nb, in, nb, &v);
+          v = dot_q4_0(scales.data() + r * nb, quants.data() + r * in / 2, xs.data() + static_cast<size_t>(t) * nb,
+                       xq.data() + static_cast<size_t>(t) * in, nb);
         y[static_cast<size_t>(t) * out + r] = v + bias;
       }
     }
