@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "model/synthetic.h"
 
 namespace kvlm::cli {
@@ -89,14 +90,6 @@ int parse_kv_capacity(const std::string& spec, size_t bytes_per_block, int block
   }
   if (blocks < 1 || blocks > (1 << 24)) fail("--kv-capacity '", spec, "' gives ", blocks, " blocks (1..16M allowed)");
   return static_cast<int>(blocks);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 }  // namespace kvlm::cli

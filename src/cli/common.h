@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/read_file.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,7 +24,6 @@ std::unique_ptr<Model> model_or_preset(const std::string& model, const std::stri
 
 // "1,2,3" -> {1,2,3}; throws on anything else.
 std::vector<int> parse_ids(const std::string& s);
-std::string read_file(const std::string& path);
 // KV pool capacity from "<N>tok" (or a bare number: tokens), "<N>KB|MB|GB|B": blocks of the pool.
 int parse_kv_capacity(const std::string& spec, size_t bytes_per_block, int block_size);
 std::string json_escape_utf8(const std::string& s);

@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/ops.h"
 #include "model/model.h"
 
 namespace kvlm {
@@ -38,13 +37,8 @@ void SinkKvCache::evict(int e) {
     std::memmove(v + static_cast<size_t>(sinks_) * kv_dim_, v + static_cast<size_t>(first) * kv_dim_,
                  static_cast<size_t>(keep) * kv_dim_ * sizeof(float));
     for (int r = 0; r < keep; ++r)
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        float* kh = k + static_cast<size_t>(sinks_ + r) * kv_dim_ + h * c.head_dim;
-        if (c.rope == RopeKind::AdjacentPairs)
-          rope_adjacent(kh, c.head_dim, -e, model_.rope_inv_freq.data());
-        else
-          rope_rotate_half(kh, c.head_dim, -e, model_.rope_inv_freq.data());
-      }
+      for (int h = 0; h < c.n_kv_heads; ++h)
+        model_.rotate(k + static_cast<size_t>(sinks_ + r) * kv_dim_ + h * c.head_dim, -e);
   }
   length_ -= e;
   evicted_ += e;

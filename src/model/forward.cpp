@@ -31,16 +31,9 @@ struct RowInfo {
 };
 
 void apply_rope(const Model& m, float* x, const std::vector<RowInfo>& rows, int n_heads) {
-  const ModelConfig& c = m.cfg;
-  if (c.rope == RopeKind::None) return;
+  if (m.cfg.rope == RopeKind::None) return;
   for (size_t t = 0; t < rows.size(); ++t)
-    for (int h = 0; h < n_heads; ++h) {
-      float* v = x + (t * n_heads + h) * c.head_dim;
-      if (c.rope == RopeKind::AdjacentPairs)
-        rope_adjacent(v, c.head_dim, rows[t].pos, m.rope_inv_freq.data());
-      else
-        rope_rotate_half(v, c.head_dim, rows[t].pos, m.rope_inv_freq.data());
-    }
+    for (int h = 0; h < n_heads; ++h) m.rotate(x + (t * n_heads + h) * m.cfg.head_dim, rows[t].pos);
 }
 
 // out[rows][q_dim]: each query attends to its sequence's cached positions and to its chunk's

@@ -1,11 +1,10 @@
 #include "model/hf_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace kvlm {
 
@@ -197,11 +196,7 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& label) {
 }
 
 ModelConfig read_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_hf_config(ss.str(), path);
+  return parse_hf_config(read_file(path), path);
 }
 
 }  // namespace kvlm

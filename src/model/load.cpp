@@ -1,12 +1,11 @@
 // load_model: picks the reader by path (HF folder, GGUF, or llama2.c .bin) and binds the weights.
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
 #include "model/gguf_model.h"
@@ -27,6 +26,13 @@ size_t Model::weight_bytes() const {
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) bytes += l->bytes();
   }
   return bytes;
+}
+
+void Model::rotate(float* head, int pos) const {
+  if (cfg.rope == RopeKind::AdjacentPairs)
+    rope_adjacent(head, cfg.head_dim, pos, rope_inv_freq.data());
+  else if (cfg.rope == RopeKind::RotateHalf)
+    rope_rotate_half(head, cfg.head_dim, pos, rope_inv_freq.data());
 }
 
 size_t Model::n_params() const {
@@ -68,14 +74,6 @@ void Model::init_rope() {
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail(p.string(), ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // model.safetensors, or the shards named by model.safetensors.index.json.
 void read_hf_weights(const fs::path& dir, TensorSource& src) {
   fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
@@ -84,7 +82,7 @@ void read_hf_weights(const fs::path& dir, TensorSource& src) {
     return;
   }
   if (!fs::exists(index)) fail(dir.string(), ": no model.safetensors or model.safetensors.index.json");
-  auto j = nlohmann::json::parse(slurp(index), nullptr, false);
+  auto j = nlohmann::json::parse(read_file(index.string()), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     fail(index.string(), ": expected an object with a 'weight_map'");
   std::set<std::string> shards;

@@ -33,6 +33,8 @@ struct Model {
   size_t n_params() const;
   // Fills rope_inv_freq from cfg.rope_theta; call after the config is final.
   void init_rope();
+  // Rotates one head vector to position pos in this model's RoPE convention (no-op without RoPE).
+  void rotate(float* head, int pos) const;
   // Re-encodes every matrix (and the LM head, untied for the purpose) as `f`. Matrices whose
   // rows are not a multiple of 32 stay f32; returns how many did.
   int convert_weights(WeightFormat f);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "io/gguf.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/gpt2_bpe.h"
@@ -66,16 +67,8 @@ std::vector<int> Tokenizer::encode_prompt(const std::string& text) const {
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 json parse_json(const std::string& path) {
-  json j = json::parse(slurp(path), nullptr, false);
+  json j = json::parse(read_file(path), nullptr, false);
   if (j.is_discarded()) fail(path, ": not valid JSON");
   return j;
 }
@@ -99,7 +92,7 @@ std::pair<std::string, std::string> split_merge(const std::string& line, const s
 }
 
 std::vector<std::pair<std::string, std::string>> merges_from_text(const std::string& path) {
-  std::istringstream in(slurp(path));
+  std::istringstream in(read_file(path));
   std::vector<std::pair<std::string, std::string>> merges;
   std::string line;
   while (std::getline(in, line)) {
@@ -227,7 +220,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   std::string name = p.filename().string();
   if (name == "encoder.json") return gpt2_from_files(path, (p.parent_path() / "vocab.bpe").string());
   if (name == "vocab.json") return gpt2_from_files(path, (p.parent_path() / "merges.txt").string());
-  if (p.extension() == ".json") return tokenizer_from_json(slurp(path), path);
+  if (p.extension() == ".json") return tokenizer_from_json(read_file(path), path);
   if (looks_like_gguf(path)) return tokenizer_from_gguf(*read_gguf(path));
   if (p.extension() == ".model") return read_sentencepiece_model(path);
   return read_llama2c_tokenizer(path);

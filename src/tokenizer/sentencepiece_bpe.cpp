@@ -1,10 +1,9 @@
 #include "tokenizer/sentencepiece_bpe.h"
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace kvlm {
 
@@ -137,9 +136,7 @@ std::string SentencePieceBpe::decode(int prev, int token) const {
 }
 
 std::unique_ptr<SentencePieceBpe> read_llama2c_tokenizer(const std::string& path, int vocab_size_hint) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open tokenizer");
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string data = read_file(path);
   size_t off = 0;
   auto read = [&](void* dst, size_t n, const char* what) {
     if (n > data.size() - off) fail(path, ": truncated tokenizer while reading ", what, " at offset ", off);

@@ -1,10 +1,9 @@
 // SentencePiece tokenizer.model: a protobuf ModelProto, read with a minimal bounds-checked
 // wire-format parser (pieces with scores and types, the BPE model type, add_dummy_prefix).
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "tokenizer/sentencepiece_bpe.h"
 
 namespace kvlm {
@@ -72,9 +71,7 @@ class Proto {
 }  // namespace
 
 std::unique_ptr<SentencePieceBpe> read_sentencepiece_model(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string data = read_file(path);
   Proto top(reinterpret_cast<const uint8_t*>(data.data()), data.size(), path);
   std::vector<std::string> pieces;
   std::vector<float> scores;
