@@ -10,6 +10,7 @@
 #include "kernels/attention.h"
 #include "kernels/dot.h"
 #include "kernels/linear.h"
+#include "kernels/qgemm.h"
 
 namespace {
 
@@ -45,34 +46,31 @@ void BM_dot_bf16(benchmark::State& s) {
 BENCHMARK(BM_dot_bf16<false>)->Arg(2048)->Arg(5632);
 BENCHMARK(BM_dot_bf16<true>)->Arg(2048)->Arg(5632);
 
+// One packed 8-row group against nt tokens: nt = 1 is the decode matvec, 4 the prefill tile.
 template <bool kScalar, bool kQ4>
-void BM_dot_quant(benchmark::State& s) {
-  const int n = static_cast<int>(s.range(0)), nb = n / 32;
-  auto w = randn(n, 5), x = randn(n, 6);
-  std::vector<float> ws(nb), xs(nb);
-  std::vector<int8_t> wq(n), xq(n);
-  std::vector<uint8_t> w4(n / 2);
-  quantize_row_q8_0(x.data(), n, xs.data(), xq.data());
-  if (kQ4)
-    quantize_row_q4_0(w.data(), n, ws.data(), w4.data());
-  else
-    quantize_row_q8_0(w.data(), n, ws.data(), wq.data());
+void BM_qgemm_group(benchmark::State& s) {
+  const int in = static_cast<int>(s.range(0)), nt = static_cast<int>(s.range(1));
+  const WeightFormat f = kQ4 ? WeightFormat::Q4_0 : WeightFormat::Q8_0;
+  auto w = randn(static_cast<size_t>(kGroupRows) * in, 5), x = randn(static_cast<size_t>(nt) * in, 6);
+  std::vector<uint8_t> packed = pack_quantized(f, w.data(), kGroupRows, in);
+  QuantizedActs acts;
+  acts.quantize(x.data(), nt, in);
+  float out[4][kGroupRows];
   for (auto _ : s) {
-    float r;
-    if (kQ4)
-      r = kScalar ? scalar::dot_q4_0(ws.data(), w4.data(), xs.data(), xq.data(), nb)
-                  : dot_q4_0(ws.data(), w4.data(), xs.data(), xq.data(), nb);
+    if (kScalar)
+      scalar::qgemm_group(f, packed.data(), acts, 0, nt, out);
     else
-      r = kScalar ? scalar::dot_q8_0(ws.data(), wq.data(), xs.data(), xq.data(), nb)
-                  : dot_q8_0(ws.data(), wq.data(), xs.data(), xq.data(), nb);
-    benchmark::DoNotOptimize(r);
+      qgemm_group(f, packed.data(), acts, 0, nt, out);
+    benchmark::DoNotOptimize(out);
   }
-  s.SetBytesProcessed(static_cast<int64_t>(s.iterations() * (kQ4 ? n / 2 + nb * 4 : n + nb * 4)));
+  s.SetBytesProcessed(static_cast<int64_t>(s.iterations() * packed.size()));
+  s.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(s.iterations()) * kGroupRows * in * nt / 1e9,
+                                            benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_dot_quant<false, false>)->Name("BM_dot_q8_0")->Arg(2048)->Arg(5632);
-BENCHMARK(BM_dot_quant<true, false>)->Name("BM_dot_q8_0_scalar")->Arg(2048)->Arg(5632);
-BENCHMARK(BM_dot_quant<false, true>)->Name("BM_dot_q4_0")->Arg(2048)->Arg(5632);
-BENCHMARK(BM_dot_quant<true, true>)->Name("BM_dot_q4_0_scalar")->Arg(2048)->Arg(5632);
+BENCHMARK(BM_qgemm_group<false, false>)->Name("BM_qgemm_q8_0")->Args({2048, 1})->Args({5632, 1})->Args({2048, 4});
+BENCHMARK(BM_qgemm_group<true, false>)->Name("BM_qgemm_q8_0_scalar")->Args({2048, 1})->Args({2048, 4});
+BENCHMARK(BM_qgemm_group<false, true>)->Name("BM_qgemm_q4_0")->Args({2048, 1})->Args({5632, 1})->Args({2048, 4});
+BENCHMARK(BM_qgemm_group<true, true>)->Name("BM_qgemm_q4_0_scalar")->Args({2048, 1})->Args({2048, 4});
 
 // A Linear layer at TinyLlama's FFN shape, one token (decode) and 64 tokens (prefill).
 void BM_linear(benchmark::State& s) {

@@ -1,13 +1,17 @@
 // Quantized and bf16 weights: kernels against their scalar twins, quantization round trips, and
 // the conformance fixtures and stories260K run with every weight type, their top-1 agreement
 // with the f32 reference reported (and bounded).
+#include <immintrin.h>
+
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "engine/sampler.h"
 #include "core/half.h"
 #include "kernels/linear.h"
+#include "kernels/qgemm.h"
 #include "kv/kv_cache.h"
 #include "model/forward.h"
 #include "test_support.h"
@@ -17,23 +21,95 @@ namespace {
 
 using test::randn;
 
-TEST(WeightKernels, QuantizedDotsMatchScalarTwinsAtEverySizeAndOffset) {
-  for (int nb = 1; nb <= 12; ++nb)
-    for (int off = 0; off < 4; ++off) {
-      int n = nb * 32;
-      auto w = randn(n + 64, nb), x = randn(n + 64, 100 + nb);
-      std::vector<float> ws(nb + 2), xs(nb + 2);
-      std::vector<int8_t> wq(n + 64), xq(n + 64);
-      std::vector<uint8_t> w4(n / 2 + 64);
-      quantize_row_q8_0(w.data() + off, n, ws.data(), wq.data() + off);
-      quantize_row_q8_0(x.data(), n, xs.data(), xq.data() + 3);
-      // Integer block sums are exact; only the float accumulation order differs.
-      float ref = scalar::dot_q8_0(ws.data(), wq.data() + off, xs.data(), xq.data() + 3, nb);
-      EXPECT_NEAR(dot_q8_0(ws.data(), wq.data() + off, xs.data(), xq.data() + 3, nb), ref, 1e-5 * (1 + std::fabs(ref)));
-      quantize_row_q4_0(w.data() + off, n, ws.data(), w4.data() + off);
-      float ref4 = scalar::dot_q4_0(ws.data(), w4.data() + off, xs.data(), xq.data() + 3, nb);
-      EXPECT_NEAR(dot_q4_0(ws.data(), w4.data() + off, xs.data(), xq.data() + 3, nb), ref4, 1e-5 * (1 + std::fabs(ref4)));
+TEST(WeightKernels, PackedQuantizedKernelsMatchScalarTwinsBitForBit) {
+  for (WeightFormat f : {WeightFormat::Q8_0, WeightFormat::Q4_0})
+    for (int nb = 1; nb <= 12; ++nb)
+      for (int off = 0; off < 4; ++off) {
+        const int in = nb * 32, n = 5;
+        auto w = randn(static_cast<size_t>(kGroupRows) * in, nb), x = randn(static_cast<size_t>(n) * in, 100 + nb);
+        std::vector<uint8_t> packed = pack_quantized(f, w.data(), kGroupRows, in);
+        std::vector<uint8_t> shifted(packed.size() + off);  // misaligned weights
+        std::copy(packed.begin(), packed.end(), shifted.begin() + off);
+        QuantizedActs acts;
+        acts.quantize(x.data(), n, in);
+        for (int t0 = 0; t0 < n; ++t0)
+          for (int nt = 1; nt <= std::min(4, n - t0); ++nt) {
+            float got[4][kGroupRows], ref[4][kGroupRows];
+            qgemm_group(f, shifted.data() + off, acts, t0, nt, got);
+            scalar::qgemm_group(f, packed.data(), acts, t0, nt, ref);
+            for (int t = 0; t < nt; ++t)
+              for (int i = 0; i < kGroupRows; ++i)
+                ASSERT_EQ(got[t][i], ref[t][i]) << weight_format_name(f) << " nb " << nb << " t " << t0 + t << " row " << i;
+          }
+      }
+}
+
+// Linear::forward against an independent reference: the weights and activations quantized row
+// by row with quantize_row_*, dequantized, and dotted in double. Covers row counts that are not
+// a multiple of the 8-row group, and token counts that are not a multiple of the 4-token tile.
+TEST(WeightKernels, QuantizedLinearMatchesDequantizedReference) {
+  for (WeightFormat f : {WeightFormat::Q8_0, WeightFormat::Q4_0})
+    for (int out : {1, 7, 13, 64})
+      for (int n : {1, 3, 6}) {
+        const int in = 96, nb = in / 32;
+        auto w = randn(static_cast<size_t>(out) * in, out), x = randn(static_cast<size_t>(n) * in, 7 * n);
+        Linear l;
+        l.out = out;
+        l.in = in;
+        l.w = w;
+        l.b = randn(out, 3);
+        ASSERT_TRUE(l.convert(f));
+        std::vector<float> y(static_cast<size_t>(n) * out);
+        l.forward(x.data(), n, y.data());
+        std::vector<float> ws(nb), xs(nb);
+        std::vector<int8_t> wq(in), xq(in);
+        std::vector<uint8_t> w4(in / 2);
+        for (int r = 0; r < out; ++r)
+          for (int t = 0; t < n; ++t) {
+            quantize_row_q8_0(x.data() + static_cast<size_t>(t) * in, in, xs.data(), xq.data());
+            std::vector<double> wd(in);
+            if (f == WeightFormat::Q8_0) {
+              quantize_row_q8_0(w.data() + static_cast<size_t>(r) * in, in, ws.data(), wq.data());
+              for (int i = 0; i < in; ++i) wd[i] = f16_to_f32(f32_to_f16(ws[i / 32])) * wq[i];
+            } else {
+              quantize_row_q4_0(w.data() + static_cast<size_t>(r) * in, in, ws.data(), w4.data());
+              for (int i = 0; i < in; ++i) {
+                const int b = i / 32, k = i % 32;
+                const int u = k < 16 ? (w4[b * 16 + k] & 0xF) : (w4[b * 16 + k - 16] >> 4);
+                wd[i] = f16_to_f32(f32_to_f16(ws[b])) * (u - 8);
+              }
+            }
+            double ref = l.b[r];
+            for (int i = 0; i < in; ++i) ref += wd[i] * xs[i / 32] * xq[i];
+            ASSERT_NEAR(y[static_cast<size_t>(t) * out + r], ref, 1e-4 * (1 + std::fabs(ref)))
+                << weight_format_name(f) << " out " << out << " n " << n << " row " << r << " token " << t;
+          }
+      }
+}
+
+// f32 -> f16 rounding (used for the packed scales) against the CPU's own F16C conversion.
+__attribute__((target("f16c"))) uint16_t hardware_f16(float f) {
+  return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set1_ps(f), _MM_FROUND_TO_NEAREST_INT), 0));
+}
+TEST(WeightKernels, F16RoundingMatchesHardware) {
+  for (uint32_t h = 0; h < 0x10000; ++h)
+    if ((h & 0x7c00u) != 0x7c00u) {
+      ASSERT_EQ(f32_to_f16(f16_to_f32(static_cast<uint16_t>(h))), h);
     }
+  if (!__builtin_cpu_supports("f16c")) {
+    GTEST_SKIP() << "no F16C: rounding checked by round trips only";
+  }
+  std::mt19937 rng(5);
+  for (int i = 0; i < 1000000; ++i) {
+    uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(f32_to_f16(f), hardware_f16(f)) << f;
+  }
+}
+
+TEST(WeightKernels, Bf16DotMatchesScalarTwin) {
   for (int n = 0; n < 80; ++n) {
     auto w = randn(n + 8, n), x = randn(n + 8, n + 500);
     std::vector<uint16_t> w16(n + 8);

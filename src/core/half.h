@@ -1,6 +1,7 @@
 // f16 / bf16 <-> f32 conversions (bit-exact, round-to-nearest-even for the narrowing direction).
 #pragma once
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 namespace kvlm {
@@ -44,6 +45,22 @@ inline float f16_to_f32(uint16_t h) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+// Round to nearest even; overflow goes to infinity, NaN stays NaN.
+inline uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
+  if (ax < 0x38800000u) {  // below 2^-14: a subnormal, in units of 2^-24 (scaling is exact)
+    float v;
+    std::memcpy(&v, &ax, 4);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(v * 16777216.0f)));
+  }
+  const uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u);
+  return static_cast<uint16_t>(sign | ((r >> 13) - ((127u - 15u) << 10)));
 }
 
 }  // namespace kvlm

@@ -1,0 +1,203 @@
+#include "kernels/qgemm.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "kernels/dot.h"
+#include "kernels/linear.h"
+
+namespace kvlm {
+
+namespace {
+constexpr size_t kScaleBytes = kGroupRows * sizeof(uint16_t);
+
+int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+}  // namespace
+
+size_t q_block_bytes(WeightFormat f) {
+  if (f == WeightFormat::Q8_0) return kScaleBytes + kGroupRows * 32;
+  if (f == WeightFormat::Q4_0) return kScaleBytes + kGroupRows * 16;
+  fail("internal error: q_block_bytes of a non-block format");
+}
+
+std::vector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in) {
+  const int nb = in / 32, groups = (out + kGroupRows - 1) / kGroupRows;
+  const bool q4 = f == WeightFormat::Q4_0;
+  const size_t bb = q_block_bytes(f), row_bytes = q4 ? 16 : 32;
+  std::vector<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
+  std::vector<float> scales(nb);
+  std::vector<uint8_t> quants(static_cast<size_t>(nb) * row_bytes);
+  for (int r = 0; r < out; ++r) {
+    const float* row = w + static_cast<size_t>(r) * in;
+    if (q4)
+      quantize_row_q4_0(row, in, scales.data(), quants.data());
+    else
+      quantize_row_q8_0(row, in, scales.data(), reinterpret_cast<int8_t*>(quants.data()));
+    const int g = r / kGroupRows, i = r % kGroupRows;
+    for (int b = 0; b < nb; ++b) {
+      uint8_t* blk = packed.data() + (static_cast<size_t>(g) * nb + b) * bb;
+      const uint16_t h = f32_to_f16(scales[b]);
+      std::memcpy(blk + i * 2, &h, 2);
+      // chunk j of 4 bytes lands at [j][row i]
+      for (size_t j = 0; j < row_bytes / 4; ++j)
+        std::memcpy(blk + kScaleBytes + (j * kGroupRows + i) * 4, quants.data() + b * row_bytes + j * 4, 4);
+    }
+  }
+  return packed;
+}
+
+void QuantizedActs::quantize(const float* x, int n_tokens, int in_features) {
+  n = n_tokens;
+  in = in_features;
+  nb = in / 32;
+  d.resize(static_cast<size_t>(n) * nb);
+  q.resize(static_cast<size_t>(n) * in);
+  x8.resize(static_cast<size_t>(n) * nb);
+  for (int t = 0; t < n; ++t)
+    quantize_row_q8_0(x + static_cast<size_t>(t) * in, in, d.data() + static_cast<size_t>(t) * nb,
+                      q.data() + static_cast<size_t>(t) * in);
+  for (size_t b = 0; b < x8.size(); ++b) {
+    int s = 0;
+    for (int k = 0; k < 32; ++k) s += q[b * 32 + k];
+    x8[b] = 8.0f * static_cast<float>(s);
+  }
+}
+
+namespace scalar {
+void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
+  const bool q4 = f == WeightFormat::Q4_0;
+  const size_t bb = q_block_bytes(f);
+  for (int t = 0; t < nt; ++t)
+    for (int i = 0; i < kGroupRows; ++i) {
+      float acc = 0.0f;
+      for (int b = 0; b < a.nb; ++b) {
+        const uint8_t* blk = group + b * bb;
+        const int8_t* xq = a.q.data() + static_cast<size_t>(t0 + t) * a.in + b * 32;
+        uint16_t h;
+        std::memcpy(&h, blk + i * 2, 2);
+        const float scale = f16_to_f32(h) * a.d[static_cast<size_t>(t0 + t) * a.nb + b];
+        int32_t s = 0;
+        float sum;
+        if (q4) {
+          for (int j = 0; j < 4; ++j)
+            for (int k = 0; k < 4; ++k) {
+              const uint8_t byte = blk[kScaleBytes + (j * kGroupRows + i) * 4 + k];
+              s += (byte & 0xF) * xq[4 * j + k] + (byte >> 4) * xq[16 + 4 * j + k];
+            }
+          sum = static_cast<float>(s) - a.x8[static_cast<size_t>(t0 + t) * a.nb + b];
+        } else {
+          for (int j = 0; j < 8; ++j)
+            for (int k = 0; k < 4; ++k)
+              s += static_cast<int8_t>(blk[kScaleBytes + (j * kGroupRows + i) * 4 + k]) * xq[4 * j + k];
+          sum = static_cast<float>(s);
+        }
+        acc = std::fma(scale, sum, acc);
+      }
+      out[t][i] = acc;
+    }
+}
+}  // namespace scalar
+
+namespace {
+
+template <int NT>
+__attribute__((target("avx2,fma,f16c"))) void q4_avx2(const uint8_t* group, const QuantizedActs& a, int t0,
+                                                      float out[][kGroupRows]) {
+  const size_t bb = q_block_bytes(WeightFormat::Q4_0);
+  const __m256i low = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  const int8_t* xq[NT];
+  const float *xd[NT], *x8[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    xq[t] = a.q.data() + static_cast<size_t>(t0 + t) * a.in;
+    xd[t] = a.d.data() + static_cast<size_t>(t0 + t) * a.nb;
+    x8[t] = a.x8.data() + static_cast<size_t>(t0 + t) * a.nb;
+  }
+  for (int b = 0; b < a.nb; ++b) {
+    const uint8_t* blk = group + b * bb;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    __m256i s16[NT];
+    for (int t = 0; t < NT; ++t) s16[t] = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kScaleBytes + 32 * j));
+      const __m256i lo = _mm256_and_si256(raw, low), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+      for (int t = 0; t < NT; ++t) {
+        // 0..15 x -127..127, pairs <= 3810: eight of them still fit an int16 lane.
+        const __m256i xl = _mm256_set1_epi32(load_i32(xq[t] + b * 32 + 4 * j));
+        const __m256i xh = _mm256_set1_epi32(load_i32(xq[t] + b * 32 + 16 + 4 * j));
+        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, xl));
+        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, xh));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const __m256 sum = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones)), _mm256_set1_ps(x8[t][b]));
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xd[t][b])), sum, acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out[t], acc[t]);
+}
+
+template <int NT>
+__attribute__((target("avx2,fma,f16c"))) void q8_avx2(const uint8_t* group, const QuantizedActs& a, int t0,
+                                                      float out[][kGroupRows]) {
+  const size_t bb = q_block_bytes(WeightFormat::Q8_0);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  const int8_t* xq[NT];
+  const float* xd[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    xq[t] = a.q.data() + static_cast<size_t>(t0 + t) * a.in;
+    xd[t] = a.d.data() + static_cast<size_t>(t0 + t) * a.nb;
+  }
+  for (int b = 0; b < a.nb; ++b) {
+    const uint8_t* blk = group + b * bb;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    __m256i s32[NT];
+    for (int t = 0; t < NT; ++t) s32[t] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kScaleBytes + 32 * j));
+      const __m256i aw = _mm256_sign_epi8(w, w);  // |w| as the unsigned operand, w's sign moved onto x
+      for (int t = 0; t < NT; ++t) {
+        const __m256i x = _mm256_set1_epi32(load_i32(xq[t] + b * 32 + 4 * j));
+        const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+        s32[t] = _mm256_add_epi32(s32[t], _mm256_madd_epi16(p, ones));
+      }
+    }
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xd[t][b])), _mm256_cvtepi32_ps(s32[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out[t], acc[t]);
+}
+
+template <int NT>
+void dispatch_nt(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, float out[][kGroupRows]) {
+  if (f == WeightFormat::Q4_0)
+    q4_avx2<NT>(group, a, t0, out);
+  else
+    q8_avx2<NT>(group, a, t0, out);
+}
+
+}  // namespace
+
+void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
+  if (!cpu_has_avx2()) return scalar::qgemm_group(f, group, a, t0, nt, out);
+  switch (nt) {
+    case 1: return dispatch_nt<1>(f, group, a, t0, out);
+    case 2: return dispatch_nt<2>(f, group, a, t0, out);
+    case 3: return dispatch_nt<3>(f, group, a, t0, out);
+    case 4: return dispatch_nt<4>(f, group, a, t0, out);
+    default: fail("internal error: qgemm_group takes 1 to 4 tokens, not ", nt);
+  }
+}
+
+}  // namespace kvlm

@@ -1,0 +1,48 @@
+// Quantized matrix multiply: Q8_0 / Q4_0 weights against Q8_0-quantized activations.
+//
+// Weights are repacked at load into groups of 8 output rows. Per 32-value block a group holds
+// the 8 rows' f16 scales, then the values interleaved 4 at a time, so one 32-byte register holds
+// 4 values of each of the 8 rows and an int8 multiply-add yields 8 row sums at once:
+//   Q8_0: [8 x f16 scale][8 chunks j][8 rows i][4 int8: values 4j..4j+3 of row i]      272 bytes
+//   Q4_0: [8 x f16 scale][4 chunks j][8 rows i][4 bytes 4j..4j+3 of row i's GGUF block] 144 bytes
+// (in a Q4_0 byte k, the low nibble is value k and the high nibble value k+16, as in GGUF).
+// Q4_0 nibbles stay unsigned (0..15): sum(u*x) - 8*sum(x) replaces per-value sign handling, and
+// eight 4-bit products fit an int16 lane before widening.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvlm {
+
+enum class WeightFormat;
+
+constexpr int kGroupRows = 8;
+
+// Bytes of one packed block of 8 rows, and of a whole group over nb blocks.
+size_t q_block_bytes(WeightFormat f);
+inline size_t q_group_bytes(WeightFormat f, int nb) { return q_block_bytes(f) * nb; }
+
+// Quantizes rows [out][in] (in a multiple of 32) and packs them; rows past `out` in the last
+// group are zero. Returns ceil(out/8) groups.
+std::vector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in);
+
+// Activations quantized to Q8_0, one row per token.
+struct QuantizedActs {
+  int n = 0, in = 0, nb = 0;
+  std::vector<float> d;    // [n][nb] block scales
+  std::vector<int8_t> q;   // [n][in]
+  std::vector<float> x8;   // [n][nb] 8 * sum of the block's quants (the Q4_0 offset term)
+  void quantize(const float* x, int n_tokens, int in_features);
+};
+
+// out[t][i] = dot(row i of the group, token t0 + t), for nt <= 4 tokens.
+void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]);
+
+namespace scalar {
+// Same arithmetic in the same order (integer block sums, then one fused multiply-add per
+// block), so the result is bit-identical to the dispatched kernel.
+void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]);
+}  // namespace scalar
+
+}  // namespace kvlm
