@@ -82,6 +82,28 @@ TEST(EngineCli, BatchReportsThroughputAndPrefixHits) {
   EXPECT_GE(j["prefix_cache_hit_rate"].get<double>(), 0.0);
 }
 
+TEST(EngineCli, QuantizedPagesGiveTheContiguousQuantizedTokens) {
+  KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "generate with quantized pages");
+  std::string model = test::shared_path("models/stories260K/stories260K.bin");
+  std::vector<int> want;
+  for (std::string layout : {"contiguous", "paged"}) {
+    // int8 stories260K: 2 x 5 layers x (32 values + 4 head scales x 4 B) = 480 B per token.
+    auto r = test::run_kvlm({"generate", "--model", model, "--prompt", "Once upon a time", "--max-new-tokens", "40",
+                             "--json", "--ignore-eos", "--kv-dtype", "int8", "--kv-residual", "8", "--kv-layout", layout,
+                             "--kv-capacity", "0.1MB", "--kv-stats"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    json j = json::parse(r.out);
+    auto ids = j["generated_ids"].get<std::vector<int>>();
+    if (want.empty()) want = ids;
+    EXPECT_EQ(ids, want) << layout;
+    if (layout == "paged") {
+      EXPECT_EQ(j["kv_ledger"]["page_dtype"], "int8");
+      EXPECT_EQ(j["kv_ledger"]["bytes_per_block"].get<size_t>(), 480u * 16);
+      EXPECT_EQ(j["kv_ledger"]["num_blocks"].get<int>(), 13);  // 100000 / 7680
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvlm
 

@@ -16,7 +16,8 @@ namespace {
 struct BatchArgs {
   std::string kv_capacity;  // "" = the default pool
   std::string weights;  // "" = as stored in the file
-  std::string model, tokenizer, prompts;
+  std::string model, tokenizer, prompts, kv_dtype = "f32";
+  int kv_residual = 128;
   int max_new_tokens = 64, block_size = 16, kv_blocks = 0, max_batch_tokens = 4096;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -39,6 +40,9 @@ int run_batch(const BatchArgs& a) {
   eo.block_size = a.block_size;
   eo.prefix_cache = !a.no_prefix_cache;
   eo.max_batch_tokens = a.max_batch_tokens;
+  eo.kv_dtype = parse_kv_dtype(a.kv_dtype);
+  eo.kv_residual = a.kv_residual;
+  const KvRowCodec row{eo.kv_dtype, model->cfg.kv_dim(), model->cfg.head_dim};
   // Default pool: room for every sequence at its full length.
   size_t need = 0;
   std::vector<std::vector<int>> prompts;
@@ -48,7 +52,7 @@ int run_batch(const BatchArgs& a) {
   }
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : static_cast<int>(std::min<size_t>(need, 1 << 24));
   if (!a.kv_capacity.empty())
-    eo.num_blocks = parse_kv_capacity(a.kv_capacity, model->cfg.kv_bytes_per_token(4) * a.block_size, a.block_size);
+    eo.num_blocks = parse_kv_capacity(a.kv_capacity, 2ull * model->cfg.n_layers * row.bytes() * a.block_size, a.block_size);
   Engine e(*model, eo);
   std::vector<int> ids;
   auto t0 = std::chrono::steady_clock::now();
@@ -117,6 +121,9 @@ Runner add_batch(CLI::App& app) {
   sub->add_option("--kv-capacity", a->kv_capacity, "KV pool capacity: tokens (4096 or 4096tok) or bytes (64MB, 1GB)");
   sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: all sequences at full length)")
       ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--kv-dtype", a->kv_dtype, "KV page element type: f32 (default), bf16, int8, int4");
+  sub->add_option("--kv-residual", a->kv_residual, "newest positions each sequence keeps f32 with quantized pages (default 128)")
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::NonNegativeNumber);

@@ -70,8 +70,11 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
   int ctx = a.ctx > 0 ? a.ctx : m.cfg.max_seq_len;
   int per_seq = (std::min<int>(ctx, static_cast<int>(prompt.size()) + a.max_new_tokens) + a.block_size - 1) / a.block_size;
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : per_seq * a.parallel;
+  eo.kv_dtype = opt.kv_dtype;
+  eo.kv_residual = opt.kv_residual;
+  const KvRowCodec row{opt.kv_dtype, m.cfg.kv_dim(), m.cfg.head_dim};
   if (!a.kv_capacity.empty())
-    eo.num_blocks = parse_kv_capacity(a.kv_capacity, m.cfg.kv_bytes_per_token(4) * a.block_size, a.block_size);
+    eo.num_blocks = parse_kv_capacity(a.kv_capacity, 2ull * m.cfg.n_layers * row.bytes() * a.block_size, a.block_size);
   Engine e(m, eo);
   int root = e.add({prompt, a.max_new_tokens, opt.sampling, opt.stop_at_eos, ""});
   std::vector<int> ids = {root};
@@ -141,8 +144,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.parallel > 1 && (a.no_kv_cache || a.layout != "paged")) fail("--parallel needs the paged KV cache");
   if (a.window > 0 && (a.layout == "paged" || a.no_kv_cache))
     fail("--window (attention sinks) needs --kv-layout contiguous");
-  if (a.kv_dtype != "f32" && a.layout == "paged")
-    fail("--kv-dtype ", a.kv_dtype, " needs --kv-layout contiguous (quantized pages are not implemented yet)");
+  const KvDtype kv_dtype = parse_kv_dtype(a.kv_dtype);  // before the (slow) model load
   auto model = load_model(a.model, a.weights);
   if (a.window > 0 && model->cfg.rope == RopeKind::None)
     fail("attention sinks need a RoPE model: ", model->cfg.arch, " bakes positions into its embeddings");
@@ -155,7 +157,7 @@ int run_generate(const GenerateArgs& a) {
   opt.use_kv_cache = !a.no_kv_cache;
   opt.stop_at_eos = !a.ignore_eos;
   opt.context = a.ctx;
-  opt.kv_dtype = parse_kv_dtype(a.kv_dtype);
+  opt.kv_dtype = kv_dtype;
   opt.kv_residual = a.kv_residual;
   opt.sink_tokens = a.sink_tokens;
   opt.window = a.window;
@@ -217,7 +219,7 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--seed", a->seed, "sampling seed");
   sub->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence at every step");
   sub->add_option("--kv-layout", a->layout, "paged (default) or contiguous");
-  sub->add_option("--kv-dtype", a->kv_dtype, "KV element type: f32 (default), bf16, int8, int4 (contiguous layout)");
+  sub->add_option("--kv-dtype", a->kv_dtype, "KV element type of pages (or of the contiguous cache): f32 (default), bf16, int8, int4");
   sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with a quantized KV (default 128)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--window", a->window, "attention sinks: keep --sink-tokens plus the last W tokens, drop the middle, "

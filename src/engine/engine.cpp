@@ -19,7 +19,7 @@ Engine::Engine(const Model& m, EngineOptions opt) : model_(m), opt_(opt) {
   if (opt_.block_size < 1) fail("block size must be >= 1");
   if (opt_.num_blocks <= 0) opt_.num_blocks = (opt_.context + opt_.block_size - 1) / opt_.block_size;
   if (opt_.max_batch_tokens < 1) fail("max batch tokens must be >= 1");
-  pool_ = std::make_unique<BlockPool>(m.cfg, opt_.block_size, opt_.num_blocks);
+  pool_ = std::make_unique<BlockPool>(m.cfg, opt_.block_size, opt_.num_blocks, opt_.kv_dtype);
 }
 
 Engine::~Engine() {
@@ -116,7 +116,7 @@ void Engine::preempt(Sequence& s) {
 }
 
 bool Engine::admit(Sequence& s, int& budget, int reserved, bool alone) {
-  s.cache = std::make_unique<PagedKvCache>(*pool_, opt_.context, s.params.salt);
+  s.cache = std::make_unique<PagedKvCache>(*pool_, opt_.context, s.params.salt, opt_.kv_residual);
   int reused = opt_.prefix_cache ? s.cache->adopt_prefix(s.tokens) : 0;
   int n = todo(s);
   // An oversized prompt may run alone rather than never.

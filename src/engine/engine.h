@@ -22,6 +22,8 @@ struct EngineOptions {
   bool prefix_cache = true;
   int max_batch_tokens = 4096;   // tokens computed per step, all sequences together
   int context = 0;               // per-sequence limit; 0 = the model's max_seq_len
+  KvDtype kv_dtype = KvDtype::F32;  // precision of the pages
+  int kv_residual = 128;         // newest positions each sequence also keeps at f32 (quantized pages)
 };
 
 struct SeqParams {

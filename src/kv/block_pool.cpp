@@ -25,11 +25,20 @@ BlockHash chain_block_hash(const BlockHash* parent, const std::string& salt, con
   return out;
 }
 
-BlockPool::BlockPool(const ModelConfig& cfg, int block_size, int num_blocks)
-    : block_size_(block_size), kv_dim_(cfg.kv_dim()) {
+BlockPool::BlockPool(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype dtype)
+    : block_size_(block_size), kv_dim_(cfg.kv_dim()), n_layers_(cfg.n_layers), codec_{dtype, cfg.kv_dim(), cfg.head_dim} {
   if (block_size < 1 || block_size > 4096) fail("block size must be in 1..4096, got ", block_size);
   if (num_blocks < 1) fail("the KV pool needs at least one block, got ", num_blocks);
-  bytes_per_block_ = 2ull * cfg.n_layers * block_size * kv_dim_ * sizeof(float);
+  if (!kv_dtype_fits(dtype, kv_dim_)) fail("KV dtype ", kv_dtype_name(dtype), " needs kv_dim divisible by 32, got ", kv_dim_);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const int w = l < static_cast<int>(cfg.layer_window.size()) ? cfg.layer_window[l] : 0;
+    if (w <= 0) {
+      window_ = 0;
+      break;
+    }
+    window_ = std::max(window_, w);
+  }
+  bytes_per_block_ = 2ull * cfg.n_layers * block_size * codec_.bytes();
   ref_.assign(num_blocks, 0);
   prev_.assign(num_blocks, -1);
   next_.assign(num_blocks, -1);
@@ -37,10 +46,17 @@ BlockPool::BlockPool(const ModelConfig& cfg, int block_size, int num_blocks)
   hashed_.assign(num_blocks, false);
   hash_.resize(num_blocks);
   for (int b = 0; b < num_blocks; ++b) push_tail(b);
-  size_t per_layer = static_cast<size_t>(num_blocks) * block_size * kv_dim_;
+  const size_t rows = static_cast<size_t>(num_blocks) * block_size;
   for (int l = 0; l < cfg.n_layers; ++l) {
-    k_.emplace_back(per_layer);
-    v_.emplace_back(per_layer);
+    if (dtype == KvDtype::F32) {
+      k_.emplace_back(rows * kv_dim_);
+      v_.emplace_back(rows * kv_dim_);
+    } else {
+      kq_.emplace_back(rows * codec_.data_bytes());
+      vq_.emplace_back(rows * codec_.data_bytes());
+      kp_.emplace_back(rows * codec_.n_params());
+      vp_.emplace_back(rows * codec_.n_params());
+    }
   }
 }
 
@@ -100,6 +116,13 @@ void BlockPool::copy_block(int dst, int src) {
   for (size_t l = 0; l < k_.size(); ++l) {
     std::memcpy(k(static_cast<int>(l), dst), k(static_cast<int>(l), src), n * sizeof(float));
     std::memcpy(v(static_cast<int>(l), dst), v(static_cast<int>(l), src), n * sizeof(float));
+  }
+  const size_t nd = static_cast<size_t>(block_size_) * codec_.data_bytes(), np = static_cast<size_t>(block_size_) * codec_.n_params();
+  for (int l = 0; l < static_cast<int>(kq_.size()); ++l) {
+    std::memcpy(kq(l, dst), kq(l, src), nd);
+    std::memcpy(vq(l, dst), vq(l, src), nd);
+    std::memcpy(kp(l, dst), kp(l, src), np * sizeof(float));
+    std::memcpy(vp(l, dst), vp(l, src), np * sizeof(float));
   }
 }
 

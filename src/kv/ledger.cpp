@@ -11,12 +11,18 @@ KvLedger compute_ledger(const BlockPool& pool, const std::vector<std::pair<int, 
   L.num_blocks = pool.num_blocks();
   L.n_layers = pool.n_layers();
   L.bytes_per_block = pool.bytes_per_block();
+  L.page_dtype = kv_dtype_name(pool.dtype());
   L.capacity_bytes = L.bytes_per_block * L.num_blocks;
   std::vector<int> filled(L.num_blocks, 0);  // most slots any sequence fills in each block
   for (auto& [id, cache] : seqs) {
-    KvLedger::Seq s{id, cache->length(), static_cast<int>(cache->block_table().size()), 0, 0};
+    KvLedger::Seq s{id, cache->length(), cache->live_blocks(), 0, 0};
+    s.freed_blocks = cache->freed_blocks();
+    s.residual_tokens = std::min(cache->residual(), cache->length());
+    s.residual_bytes = cache->residual_bytes();
+    L.residual_bytes += s.residual_bytes;
     const auto& table = cache->block_table();
     for (size_t i = 0; i < table.size(); ++i) {
+      if (table[i] == PagedKvCache::kFreed) continue;
       int in_block = std::min<int>(L.block_size, std::max<int>(0, cache->length() - static_cast<int>(i) * L.block_size));
       filled[table[i]] = std::max(filled[table[i]], in_block);
       s.shared_blocks += pool.ref(table[i]) > 1;
@@ -47,20 +53,29 @@ std::string KvLedger::to_text() const {
   char buf[512];
   std::string s;
   std::snprintf(buf, sizeof buf,
-                "KV ledger: %d blocks x %d tokens x %zu B = %.3f MB capacity\n"
+                "KV ledger: %d blocks x %d tokens x %zu B (%s pages) = %.3f MB capacity\n"
                 "  in use   private %.3f MB | shared %.3f MB (counted once)\n"
                 "  idle     cached prefixes %.3f MB | free %.3f MB\n"
                 "  waste    %.1f%% of slots in referenced blocks are empty (%zu of %zu)\n",
-                num_blocks, block_size, bytes_per_block, mb(capacity_bytes), mb(private_bytes), mb(shared_bytes),
+                num_blocks, block_size, bytes_per_block, page_dtype.c_str(), mb(capacity_bytes), mb(private_bytes), mb(shared_bytes),
                 mb(cached_bytes), mb(free_bytes), waste_pct(), slots_in_use - slots_filled, slots_in_use);
   s += buf;
   std::snprintf(buf, sizeof buf, "  per layer %.3f MB in use (x %d layers)\n", layer_bytes.empty() ? 0.0 : mb(layer_bytes[0]),
                 n_layers);
   s += buf;
-  for (const Seq& q : seqs) {
-    std::snprintf(buf, sizeof buf, "  seq %-4d %6d tokens  %4d blocks (%d shared)  %.3f MB\n", q.id, q.tokens, q.blocks,
-                  q.shared_blocks, mb(q.bytes));
+  if (residual_bytes) {
+    std::snprintf(buf, sizeof buf, "  f32 rows of the newest tokens, outside the pool: %.3f MB\n", mb(residual_bytes));
     s += buf;
+  }
+  for (const Seq& q : seqs) {
+    std::snprintf(buf, sizeof buf, "  seq %-4d %6d tokens  %4d blocks (%d shared, %d freed by the window)  %.3f MB", q.id,
+                  q.tokens, q.blocks, q.shared_blocks, q.freed_blocks, mb(q.bytes));
+    s += buf;
+    if (q.residual_bytes) {
+      std::snprintf(buf, sizeof buf, " + %d newest tokens at f32 %.3f MB", q.residual_tokens, mb(q.residual_bytes));
+      s += buf;
+    }
+    s += "\n";
   }
   return s;
 }
@@ -69,8 +84,10 @@ nlohmann::json KvLedger::to_json() const {
   nlohmann::json seq = nlohmann::json::array();
   for (const Seq& q : seqs)
     seq.push_back({{"id", q.id}, {"tokens", q.tokens}, {"blocks", q.blocks}, {"shared_blocks", q.shared_blocks},
-                   {"bytes", q.bytes}});
+                   {"bytes", q.bytes}, {"freed_blocks", q.freed_blocks}, {"residual_tokens", q.residual_tokens},
+                   {"residual_bytes", q.residual_bytes}});
   return {{"block_size", block_size},     {"num_blocks", num_blocks},     {"bytes_per_block", bytes_per_block},
+          {"page_dtype", page_dtype},     {"residual_bytes", residual_bytes},
           {"capacity_bytes", capacity_bytes}, {"private_bytes", private_bytes}, {"shared_bytes", shared_bytes},
           {"cached_bytes", cached_bytes}, {"free_bytes", free_bytes},     {"layer_bytes", layer_bytes},
           {"waste_pct", waste_pct()},     {"sequences", seq}};

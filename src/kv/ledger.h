@@ -11,7 +11,9 @@ namespace kvlm {
 
 struct KvLedger {
   int block_size = 0, num_blocks = 0, n_layers = 0;
+  std::string page_dtype;   // precision of every page row in this pool (f32, bf16, int8, int4)
   size_t bytes_per_block = 0, capacity_bytes = 0;
+  size_t residual_bytes = 0;  // f32 rows of the newest positions, per sequence, outside the pool
   size_t private_bytes = 0;  // blocks referenced by one sequence
   size_t shared_bytes = 0;   // blocks referenced by several (fork, prefix cache), counted once
   size_t cached_bytes = 0;   // unreferenced blocks still holding a reusable prefix
@@ -20,6 +22,9 @@ struct KvLedger {
   struct Seq {
     int id, tokens, blocks, shared_blocks;
     size_t bytes;  // blocks it references x block bytes (shared ones counted in full)
+    int freed_blocks = 0;       // blocks given back for having left the sliding window
+    int residual_tokens = 0;    // newest positions also held at f32 (quantized pages)
+    size_t residual_bytes = 0;
   };
   std::vector<Seq> seqs;
   size_t slots_in_use = 0, slots_filled = 0;  // token slots of referenced blocks, and those holding a token

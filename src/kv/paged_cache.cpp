@@ -1,24 +1,50 @@
 #include "kv/paged_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
 
 namespace kvlm {
 
-PagedKvCache::PagedKvCache(BlockPool& pool, int max_len, std::string salt)
+PagedKvCache::PagedKvCache(BlockPool& pool, int max_len, std::string salt, int residual)
     : pool_(pool), max_len_(max_len), salt_(std::move(salt)) {
   if (max_len <= 0) fail("KV cache length must be positive, got ", max_len);
+  if (residual < 0) fail("KV residual window must be >= 0, got ", residual);
+  if (pool.dtype() != KvDtype::F32 && residual > 0) {
+    residual_ = std::min(residual, max_len);
+    const size_t n = static_cast<size_t>(residual_) * pool.kv_dim();
+    ring_k_.assign(pool.n_layers(), std::vector<float>(n));
+    ring_v_.assign(pool.n_layers(), std::vector<float>(n));
+  }
 }
 
 PagedKvCache::~PagedKvCache() { release_all(); }
 
 void PagedKvCache::release_all() {
   // Release the tail first, so the head of a prefix stays cached longest (LRU evicts the tail).
-  for (auto it = table_.rbegin(); it != table_.rend(); ++it) pool_.release(*it);
+  for (auto it = table_.rbegin(); it != table_.rend(); ++it)
+    if (*it != kFreed) pool_.release(*it);
   table_.clear();
   hashes_.clear();
-  length_ = 0;
+  length_ = hot_from_ = 0;
+}
+
+int PagedKvCache::dead_before(int pos) const {
+  const int w = pool_.window();
+  if (w <= 0) return 0;
+  // The query at `pos` reads positions >= pos - w + 1; later queries read no earlier ones.
+  return std::max(0, pos - w + 1) / pool_.block_size();
+}
+
+int PagedKvCache::live_blocks() const {
+  return static_cast<int>(std::count_if(table_.begin(), table_.end(), [](int b) { return b != kFreed; }));
+}
+
+int PagedKvCache::freed_blocks() const { return static_cast<int>(table_.size()) - live_blocks(); }
+
+size_t PagedKvCache::residual_bytes() const {
+  return 2ull * ring_k_.size() * residual_ * pool_.kv_dim() * sizeof(float);
 }
 
 int PagedKvCache::blocks_needed(int pos, int n) const {
@@ -27,8 +53,10 @@ int PagedKvCache::blocks_needed(int pos, int n) const {
   int last_block = (pos + n - 1) / bs;
   int need = std::max(0, last_block + 1 - static_cast<int>(table_.size()));
   for (int b = pos / bs; b <= last_block && b < static_cast<int>(table_.size()); ++b)
-    need += pool_.ref(table_[b]) > 1;
-  return need;
+    need += table_[b] != kFreed && pool_.ref(table_[b]) > 1;
+  const int dead = std::min(dead_before(pos), static_cast<int>(table_.size()));
+  for (int b = 0; b < dead; ++b) need -= table_[b] != kFreed && pool_.ref(table_[b]) == 1;
+  return std::max(0, need);
 }
 
 void PagedKvCache::prepare(int pos, int n) {
@@ -37,8 +65,15 @@ void PagedKvCache::prepare(int pos, int n) {
   if (blocks_needed(pos, n) > pool_.num_free())
     fail("KV pool exhausted: need ", blocks_needed(pos, n), " blocks, ", pool_.num_free(), " free");
   const int bs = pool_.block_size();
+  // Blocks that left every layer's window go back first (tail first, as release_all does).
+  for (int b = std::min(dead_before(pos), static_cast<int>(table_.size())) - 1; b >= 0; --b)
+    if (table_[b] != kFreed) {
+      pool_.release(table_[b]);
+      table_[b] = kFreed;
+    }
   const int last_block = (pos + n - 1) / bs;
   for (int b = pos / bs; b <= last_block && b < static_cast<int>(table_.size()); ++b) {
+    if (table_[b] == kFreed) fail("internal error: writing into a block freed by the sliding window");
     if (pool_.ref(table_[b]) > 1) {  // copy-on-write
       int fresh = pool_.allocate();
       pool_.copy_block(fresh, table_[b]);
@@ -51,31 +86,78 @@ void PagedKvCache::prepare(int pos, int n) {
 
 void PagedKvCache::store(int layer, int pos, int n, const float* k, const float* v) {
   const int bs = pool_.block_size(), dim = pool_.kv_dim();
+  const KvRowCodec& codec = pool_.codec();
   for (int t = 0; t < n; ++t) {
     int p = pos + t, b = p / bs;
-    if (b >= static_cast<int>(table_.size())) fail("internal error: store past the prepared blocks");
-    size_t off = static_cast<size_t>(p % bs) * dim;
-    std::memcpy(pool_.k(layer, table_[b]) + off, k + static_cast<size_t>(t) * dim, dim * sizeof(float));
-    std::memcpy(pool_.v(layer, table_[b]) + off, v + static_cast<size_t>(t) * dim, dim * sizeof(float));
+    if (b >= static_cast<int>(table_.size()) || table_[b] == kFreed)
+      fail("internal error: store outside the prepared blocks");
+    const float* kt = k + static_cast<size_t>(t) * dim;
+    const float* vt = v + static_cast<size_t>(t) * dim;
+    const size_t slot = static_cast<size_t>(p % bs);
+    if (codec.dtype == KvDtype::F32) {
+      std::memcpy(pool_.k(layer, table_[b]) + slot * dim, kt, dim * sizeof(float));
+      std::memcpy(pool_.v(layer, table_[b]) + slot * dim, vt, dim * sizeof(float));
+      continue;
+    }
+    // Encoded at once, so a page is complete for any sequence that shares or adopts it.
+    codec.encode(kt, pool_.kq(layer, table_[b]) + slot * codec.data_bytes(), pool_.kp(layer, table_[b]) + slot * codec.n_params());
+    codec.encode(vt, pool_.vq(layer, table_[b]) + slot * codec.data_bytes(), pool_.vp(layer, table_[b]) + slot * codec.n_params());
+    if (residual_ > 0) {
+      const size_t r = static_cast<size_t>(p % residual_) * dim;
+      std::memcpy(ring_k_[layer].data() + r, kt, dim * sizeof(float));
+      std::memcpy(ring_v_[layer].data() + r, vt, dim * sizeof(float));
+    }
   }
 }
 
 const float* PagedKvCache::key(int layer, int pos) const {
   const int bs = pool_.block_size();
+  if (pool_.dtype() != KvDtype::F32 || table_[pos / bs] == kFreed) fail("internal error: key() of a quantized or freed row");
   return pool_.k(layer, table_[pos / bs]) + static_cast<size_t>(pos % bs) * pool_.kv_dim();
 }
 
 const float* PagedKvCache::value(int layer, int pos) const {
   const int bs = pool_.block_size();
+  if (pool_.dtype() != KvDtype::F32 || table_[pos / bs] == kFreed) fail("internal error: value() of a quantized or freed row");
   return pool_.v(layer, table_[pos / bs]) + static_cast<size_t>(pos % bs) * pool_.kv_dim();
+}
+
+KvRun PagedKvCache::run(int layer, int pos, int max_n) const {
+  if (pool_.dtype() == KvDtype::F32) return KvCache::run(layer, pos, max_n);
+  KvRun r;
+  const int hot = std::max(hot_from_, length_ - residual_);
+  if (residual_ > 0 && pos >= hot) {  // the newest positions, at full precision
+    r.n = std::min(max_n, residual_ - pos % residual_);
+    r.k = ring_k_[layer].data() + static_cast<size_t>(pos % residual_) * pool_.kv_dim();
+    r.v = ring_v_[layer].data() + static_cast<size_t>(pos % residual_) * pool_.kv_dim();
+    return r;
+  }
+  const int bs = pool_.block_size(), b = table_[pos / bs];
+  if (b == kFreed) fail("internal error: attention read a block freed by the sliding window");
+  const KvRowCodec& codec = pool_.codec();
+  const size_t slot = static_cast<size_t>(pos % bs);
+  r.n = std::min(contiguous_run(layer, pos, max_n), residual_ > 0 ? hot - pos : max_n);
+  r.codec = &codec;
+  r.kq = pool_.kq(layer, b) + slot * codec.data_bytes();
+  r.vq = pool_.vq(layer, b) + slot * codec.data_bytes();
+  r.kp = pool_.kp(layer, b) + slot * codec.n_params();
+  r.vp = pool_.vp(layer, b) + slot * codec.n_params();
+  return r;
 }
 
 void PagedKvCache::set_length(int n) {
   if (n < 0 || n > max_len_) fail("KV cache length ", n, " out of range [0, ", max_len_, "]");
   const int bs = pool_.block_size();
+  if (n < length_) {
+    // Rewinding: the positions attended next must still hold blocks, and ring slots of
+    // positions before n may hold later ones now, so the ring restarts at n.
+    for (int b = dead_before(n); b < std::min((n + bs - 1) / bs, static_cast<int>(table_.size())); ++b)
+      if (table_[b] == kFreed) fail("cannot rewind to ", n, " tokens: the sliding window already freed that context");
+    hot_from_ = n;
+  }
   size_t keep = static_cast<size_t>((n + bs - 1) / bs);
   while (table_.size() > keep) {
-    pool_.release(table_.back());
+    if (table_.back() != kFreed) pool_.release(table_.back());
     table_.pop_back();
   }
   if (hashes_.size() > static_cast<size_t>(n / bs)) hashes_.resize(n / bs);
@@ -83,11 +165,15 @@ void PagedKvCache::set_length(int n) {
 }
 
 std::unique_ptr<PagedKvCache> PagedKvCache::fork() const {
-  auto child = std::make_unique<PagedKvCache>(pool_, max_len_, salt_);
-  for (int b : table_) pool_.retain(b);
+  auto child = std::make_unique<PagedKvCache>(pool_, max_len_, salt_, residual_);
+  for (int b : table_)
+    if (b != kFreed) pool_.retain(b);
   child->table_ = table_;
   child->hashes_ = hashes_;
   child->length_ = length_;
+  child->hot_from_ = hot_from_;
+  child->ring_k_ = ring_k_;
+  child->ring_v_ = ring_v_;
   return child;
 }
 
@@ -106,7 +192,7 @@ int PagedKvCache::adopt_prefix(const std::vector<int>& tokens) {
     table_.push_back(b);
     hashes_.push_back(h);
   }
-  length_ = static_cast<int>(table_.size()) * bs;
+  length_ = hot_from_ = static_cast<int>(table_.size()) * bs;  // adopted rows exist only as pages
   return length_;
 }
 
@@ -115,7 +201,7 @@ void PagedKvCache::publish_full_blocks(const std::vector<int>& tokens) {
   const int full = std::min(length_, static_cast<int>(tokens.size())) / bs;
   for (int i = static_cast<int>(hashes_.size()); i < full; ++i) {
     hashes_.push_back(chain_block_hash(i ? &hashes_.back() : nullptr, salt_, tokens.data() + i * bs, bs));
-    pool_.publish(table_[i], hashes_.back());
+    if (table_[i] != kFreed) pool_.publish(table_[i], hashes_.back());
   }
 }
 

@@ -1,6 +1,10 @@
 // PagedKvCache: one sequence's view of the BlockPool through its block table.
 // Position p lives in block table_[p / block_size] at slot p % block_size. Blocks may be shared
 // (fork, prefix cache); the first write into a shared block copies it (copy-on-write).
+// In a quantized pool, rows are encoded into the pages as they are stored, and the sequence
+// keeps its newest `residual` positions at f32 in a ring of its own, which attention reads
+// instead of the page rows (HF's quantized cache keeps 128 so). When every layer is windowed,
+// blocks wholly before the window are given back at once (their table entry becomes kFreed).
 #pragma once
 #include <memory>
 #include <string>
@@ -13,7 +17,9 @@ namespace kvlm {
 
 class PagedKvCache : public KvCache {
  public:
-  PagedKvCache(BlockPool& pool, int max_len, std::string salt = "");
+  static constexpr int kFreed = -1;  // a table entry whose block left the sliding window
+
+  PagedKvCache(BlockPool& pool, int max_len, std::string salt = "", int residual = 0);
   ~PagedKvCache() override;
   PagedKvCache(const PagedKvCache&) = delete;
   PagedKvCache& operator=(const PagedKvCache&) = delete;
@@ -22,16 +28,22 @@ class PagedKvCache : public KvCache {
   int capacity() const override { return max_len_; }
   void prepare(int pos, int n) override;
   void store(int layer, int pos, int n, const float* k, const float* v) override;
-  const float* key(int layer, int pos) const override;
-  const float* value(int layer, int pos) const override;
+  const float* key(int layer, int pos) const override;    // f32 pools only
+  const float* value(int layer, int pos) const override;  // f32 pools only
   int contiguous_run(int, int pos, int max_n) const override {
     return std::min(max_n, pool_.block_size() - pos % pool_.block_size());
   }
+  KvRun run(int layer, int pos, int max_n) const override;
   void set_length(int n) override;  // shrinking releases blocks past the new end
-  size_t bytes_allocated() const override { return table_.size() * pool_.bytes_per_block(); }
+  size_t bytes_allocated() const override { return live_blocks() * pool_.bytes_per_block() + residual_bytes(); }
 
-  // Blocks prepare(pos, n) would take from the pool (new blocks plus copies of shared ones).
+  // Net blocks prepare(pos, n) takes from the pool: new blocks plus copies of shared ones,
+  // less the private blocks it frees for having left the window (never below 0).
   int blocks_needed(int pos, int n) const;
+  int live_blocks() const;   // table entries still holding a block
+  int freed_blocks() const;  // table entries given back for having left the window
+  int residual() const { return residual_; }
+  size_t residual_bytes() const;  // the f32 ring of newest positions (quantized pools)
   // A new sequence sharing every block of this one (ref counts rise; nothing is copied).
   std::unique_ptr<PagedKvCache> fork() const;
   // Reuses cached blocks for the longest prefix of `tokens` found in the pool, leaving at least
@@ -47,10 +59,12 @@ class PagedKvCache : public KvCache {
   BlockPool& pool() const { return pool_; }
 
  private:
-  const float* row(const std::vector<float>* base, int layer, int pos) const;
+  int dead_before(int pos) const;  // blocks [0, result) are outside every layer's window at pos
 
   BlockPool& pool_;
   int max_len_, length_ = 0;
+  int residual_ = 0, hot_from_ = 0;  // the ring holds positions >= hot_from_ it computed itself
+  std::vector<std::vector<float>> ring_k_, ring_v_;  // [n_layers][residual][kv_dim]
   std::string salt_;
   std::vector<int> table_;         // block ids, one per block_size positions
   std::vector<BlockHash> hashes_;  // chained hash of each published full block
