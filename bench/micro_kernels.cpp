@@ -52,7 +52,7 @@ void BM_qgemm_group(benchmark::State& s) {
   const int in = static_cast<int>(s.range(0)), nt = static_cast<int>(s.range(1));
   const WeightFormat f = kQ4 ? WeightFormat::Q4_0 : WeightFormat::Q8_0;
   auto w = randn(static_cast<size_t>(kGroupRows) * in, 5), x = randn(static_cast<size_t>(nt) * in, 6);
-  std::vector<uint8_t> packed = pack_quantized(f, w.data(), kGroupRows, in);
+  auto packed = pack_quantized(f, w.data(), kGroupRows, in);
   QuantizedActs acts;
   acts.quantize(x.data(), nt, in);
   float out[4][kGroupRows];

@@ -27,7 +27,7 @@ TEST(WeightKernels, PackedQuantizedKernelsMatchScalarTwinsBitForBit) {
       for (int off = 0; off < 4; ++off) {
         const int in = nb * 32, n = 5;
         auto w = randn(static_cast<size_t>(kGroupRows) * in, nb), x = randn(static_cast<size_t>(n) * in, 100 + nb);
-        std::vector<uint8_t> packed = pack_quantized(f, w.data(), kGroupRows, in);
+        auto packed = pack_quantized(f, w.data(), kGroupRows, in);
         std::vector<uint8_t> shifted(packed.size() + off);  // misaligned weights
         std::copy(packed.begin(), packed.end(), shifted.begin() + off);
         QuantizedActs acts;

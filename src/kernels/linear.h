@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_pages.h"
+
 namespace kvlm {
 
 enum class WeightFormat { F32, BF16, Q8_0, Q4_0 };
@@ -17,8 +19,8 @@ struct Linear {
   int out = 0, in = 0;
   WeightFormat fmt = WeightFormat::F32;
   std::vector<float> w;        // [out][in] (F32)
-  std::vector<uint16_t> w16;   // [out][in] (BF16)
-  std::vector<uint8_t> packed; // ceil(out/8) groups of 8 interleaved rows (Q8_0, Q4_0)
+  HugeVector<uint16_t> w16;    // [out][in] (BF16)
+  HugeVector<uint8_t> packed;  // ceil(out/8) groups of 8 interleaved rows (Q8_0, Q4_0)
   std::vector<float> b;        // [out], or empty when the layer has no bias
 
   void forward(const float* x, int n, float* y) const;

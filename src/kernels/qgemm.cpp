@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "kernels/dot.h"
 #include "kernels/linear.h"
 
@@ -28,11 +29,11 @@ size_t q_block_bytes(WeightFormat f) {
   fail("internal error: q_block_bytes of a non-block format");
 }
 
-std::vector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in) {
+HugeVector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in) {
   const int nb = in / 32, groups = (out + kGroupRows - 1) / kGroupRows;
   const bool q4 = f == WeightFormat::Q4_0;
   const size_t bb = q_block_bytes(f), row_bytes = q4 ? 16 : 32;
-  std::vector<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
+  HugeVector<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
   std::vector<float> scales(nb);
   std::vector<uint8_t> quants(static_cast<size_t>(nb) * row_bytes);
   for (int r = 0; r < out; ++r) {
@@ -61,14 +62,21 @@ void QuantizedActs::quantize(const float* x, int n_tokens, int in_features) {
   d.resize(static_cast<size_t>(n) * nb);
   q.resize(static_cast<size_t>(n) * in);
   x8.resize(static_cast<size_t>(n) * nb);
-  for (int t = 0; t < n; ++t)
-    quantize_row_q8_0(x + static_cast<size_t>(t) * in, in, d.data() + static_cast<size_t>(t) * nb,
-                      q.data() + static_cast<size_t>(t) * in);
-  for (size_t b = 0; b < x8.size(); ++b) {
-    int s = 0;
-    for (int k = 0; k < 32; ++k) s += q[b * 32 + k];
-    x8[b] = 8.0f * static_cast<float>(s);
-  }
+  auto rows = [&](size_t t0, size_t t1) {
+    for (size_t t = t0; t < t1; ++t) {
+      quantize_row_q8_0(x + t * in, in, d.data() + t * nb, q.data() + t * in);
+      for (size_t b = t * nb; b < (t + 1) * nb; ++b) {
+        int s = 0;
+        for (int k = 0; k < 32; ++k) s += q[b * 32 + k];
+        x8[b] = 8.0f * static_cast<float>(s);
+      }
+    }
+  };
+  // A prefill's activations are megabytes: quantizing them on one thread showed in profiles.
+  if (n >= 16)
+    ThreadPool::global().parallel_for(n, rows);
+  else
+    rows(0, n);
 }
 
 namespace scalar {
@@ -108,6 +116,14 @@ void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, i
 
 namespace {
 
+// Q4_0 decode does enough work per byte that the hardware prefetcher falls behind: asking for
+// the bytes 2 KiB ahead took TinyLlama Q4_0 decode from ~24 to ~19.5 ms per token here. Q8_0
+// decode showed no difference beyond the noise, so it streams on the hardware prefetcher alone.
+constexpr size_t kPrefetch = 2048;
+inline void prefetch_block(const uint8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+}
+
 template <int NT>
 __attribute__((target("avx2,fma,f16c"))) void q4_avx2(const uint8_t* group, const QuantizedActs& a, int t0,
                                                       float out[][kGroupRows]) {
@@ -124,6 +140,7 @@ __attribute__((target("avx2,fma,f16c"))) void q4_avx2(const uint8_t* group, cons
   }
   for (int b = 0; b < a.nb; ++b) {
     const uint8_t* blk = group + b * bb;
+    if (NT == 1) prefetch_block(blk + kPrefetch, bb);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
     __m256i s16[NT];
     for (int t = 0; t < NT; ++t) s16[t] = _mm256_setzero_si256();

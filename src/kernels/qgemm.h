@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/huge_pages.h"
+
 namespace kvlm {
 
 enum class WeightFormat;
@@ -25,7 +27,7 @@ inline size_t q_group_bytes(WeightFormat f, int nb) { return q_block_bytes(f) * 
 
 // Quantizes rows [out][in] (in a multiple of 32) and packs them; rows past `out` in the last
 // group are zero. Returns ceil(out/8) groups.
-std::vector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in);
+HugeVector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in);
 
 // Activations quantized to Q8_0, one row per token.
 struct QuantizedActs {
