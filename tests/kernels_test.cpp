@@ -59,12 +59,40 @@ TEST(Kernels, RopeConventionsRotateTheSamePairs) {
     half[i] = v[2 * i];
     half[i + d / 2] = v[2 * i + 1];
   }
-  rope_adjacent(adj.data(), d, 7, inv.data());
-  rope_rotate_half(half.data(), d, 7, inv.data());
+  float cs[d / 2], sn[d / 2];
+  rope_angles(7, inv.data(), d / 2, cs, sn);
+  EXPECT_FLOAT_EQ(cs[1], std::cos(0.7f));
+  EXPECT_FLOAT_EQ(sn[1], std::sin(0.7f));
+  rope_adjacent(adj.data(), d, cs, sn);
+  rope_rotate_half(half.data(), d, cs, sn);
   for (int i = 0; i < d / 2; ++i) {
     EXPECT_NEAR(adj[2 * i], half[i], 1e-6);
     EXPECT_NEAR(adj[2 * i + 1], half[i + d / 2], 1e-6);
   }
+}
+
+// The vectorized activations (AVX2 exp polynomial) against libm twins, at every tail length and
+// far into both saturating ends.
+TEST(Kernels, VectorActivationsMatchScalarTwins) {
+  for (size_t n : {1, 7, 8, 9, 17, 1000}) {
+    auto h = randn(n, 40 + n), up = randn(n, 50 + n);
+    for (size_t i = 0; i < n; ++i) h[i] *= (i % 5 == 0) ? 40.0f : 3.0f;  // up to |x| ~ 150
+    auto a = h, b = h, c = h, d = h;
+    silu_mul(a.data(), up.data(), n);
+    scalar::silu_mul(b.data(), up.data(), n);
+    gelu_tanh_inplace(c.data(), n);
+    scalar::gelu_tanh_inplace(d.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(a[i], b[i], 2e-6f * (1 + std::fabs(b[i]))) << "silu x=" << h[i];
+      ASSERT_NEAR(c[i], d[i], 2e-6f * (1 + std::fabs(d[i]))) << "gelu x=" << h[i];
+    }
+  }
+  std::vector<float> x = {std::nanf(""), -200.0f, 200.0f, 0.0f}, one(4, 1.0f);
+  silu_mul(x.data(), one.data(), 4);
+  EXPECT_TRUE(std::isnan(x[0]));
+  EXPECT_EQ(x[1], -0.0f);
+  EXPECT_EQ(x[2], 200.0f);
+  EXPECT_EQ(x[3], 0.0f);
 }
 
 TEST(Kernels, NormsAndActivations) {
@@ -124,7 +152,7 @@ namespace {
 
 TEST(Kernels, AttentionSpansMatchScalarTwinAndPlainSoftmax) {
   for (int hd : {8, 16, 64, 13}) {
-    for (int g : {1, 2, 4}) {
+    for (int g : {1, 2, 4, 5, 8}) {  // 4+: four heads per key; fewer: four keys per head
       const int n = 70, stride = hd * 3 + 1;  // odd stride: misaligned rows
       auto q = randn(g * hd, 11), kv = randn(static_cast<size_t>(n) * stride + hd, 12), vv = randn(static_cast<size_t>(n) * stride + hd, 13);
       std::vector<float> m(g), l(g), acc(g * hd), s(g * n), out(g * hd);

@@ -12,6 +12,7 @@
 #include "core/half.h"
 #include "kernels/linear.h"
 #include "kernels/qgemm.h"
+#include "io/tensor_source.h"
 #include "kv/kv_cache.h"
 #include "model/forward.h"
 #include "test_support.h"
@@ -42,6 +43,38 @@ TEST(WeightKernels, PackedQuantizedKernelsMatchScalarTwinsBitForBit) {
                 ASSERT_EQ(got[t][i], ref[t][i]) << weight_format_name(f) << " nb " << nb << " t " << t0 + t << " row " << i;
           }
       }
+}
+
+// GGUF blocks packed as stored equal the blocks re-derived from their dequantized values (so a
+// Q8_0 / Q4_0 file runs its own quants), and unpacking gives GGUF's dequantized values exactly.
+TEST(WeightKernels, GgufBlocksPackAsStoredAndUnpackToTheirValues) {
+  for (WeightFormat f : {WeightFormat::Q8_0, WeightFormat::Q4_0}) {
+    const int out = 11, in = 96, nb = in / 32;
+    const DType t = f == WeightFormat::Q8_0 ? DType::Q8_0 : DType::Q4_0;
+    const size_t block = dtype_block_bytes(t);
+    std::vector<uint8_t> gguf(static_cast<size_t>(out) * nb * block);
+    std::mt19937 rng(3);
+    for (size_t i = 0; i < gguf.size(); ++i) gguf[i] = static_cast<uint8_t>(rng());
+    for (int r = 0; r < out * nb; ++r) {  // blocks as ggml writes them: Q8_0 scale amax/127 > 0, quants in -127..127
+      const float d = 0.001f * (1 + r % 7) * (f == WeightFormat::Q4_0 && r % 2 ? -1 : 1);
+      const uint16_t h = f32_to_f16(d);
+      std::memcpy(gguf.data() + r * block, &h, 2);
+      if (f == WeightFormat::Q8_0) {
+        for (int k = 0; k < 32; ++k)
+          if (gguf[r * block + 2 + k] == 0x80) gguf[r * block + 2 + k] = 0x81;
+        gguf[r * block + 2 + r % 32] = r % 3 ? 127 : 0x81;  // the block's largest magnitude is 127
+      }
+    }
+    std::vector<float> want(static_cast<size_t>(out) * in), got(want.size());
+    dequantize(t, gguf.data(), want.data(), want.size());
+    auto packed = pack_gguf_blocks(f, gguf.data(), out, in);
+    unpack_to_f32(f, packed.data(), out, in, got.data());
+    ASSERT_EQ(got, want) << weight_format_name(f);
+    if (f == WeightFormat::Q8_0) {  // Q4_0 blocks of random nibbles need not use the -8 end
+      auto again = pack_quantized(f, want.data(), out, in);
+      EXPECT_TRUE(std::equal(again.begin(), again.end(), packed.begin())) << weight_format_name(f);
+    }
+  }
 }
 
 // Linear::forward against an independent reference: the weights and activations quantized row

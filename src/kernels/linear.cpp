@@ -103,7 +103,14 @@ float dot_bf16(const uint16_t* w, const float* x, int n) {
 
 bool Linear::convert(WeightFormat f) {
   if (f == fmt) return true;
-  if (fmt != WeightFormat::F32) fail("internal error: Linear can only be converted from f32");
+  if (fmt == WeightFormat::BF16) fail("internal error: bf16 weights are not converted again");
+  if (fmt != WeightFormat::F32) {  // back to the f32 values the blocks stand for, then on
+    w.resize(static_cast<size_t>(out) * in);
+    unpack_to_f32(fmt, packed.data(), out, in, w.data());
+    HugeVector<uint8_t>().swap(packed);
+    fmt = WeightFormat::F32;
+    if (f == WeightFormat::F32) return true;
+  }
   if ((f == WeightFormat::Q8_0 || f == WeightFormat::Q4_0) && in % 32 != 0) return false;
   const size_t n = static_cast<size_t>(out) * in;
   if (f == WeightFormat::BF16) {

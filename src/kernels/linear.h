@@ -24,7 +24,8 @@ struct Linear {
   std::vector<float> b;        // [out], or empty when the layer has no bias
 
   void forward(const float* x, int n, float* y) const;
-  // Re-encodes the f32 weights; returns false (and keeps f32) when `in` is not a multiple of 32.
+  // Re-encodes the weights (quantized ones through the f32 values they stand for); returns false
+  // (and keeps f32) when `in` is not a multiple of 32.
   bool convert(WeightFormat f);
   size_t bytes() const;  // bytes of weights and bias as stored
 };

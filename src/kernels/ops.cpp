@@ -5,6 +5,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
+#include "kernels/vexp.h"
 
 namespace kvlm {
 
@@ -68,27 +69,96 @@ void softmax(float* x, int n) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+namespace {
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
+
+__attribute__((target("avx2,fma"))) inline __m256 silu_mul8(__m256 x, __m256 u) {
+  const __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+// 0.5 x (1 + tanh(u)) = x * sigmoid(2u): one exp, no tanh.
+__attribute__((target("avx2,fma"))) inline __m256 gelu8(__m256 x) {
+  const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kGeluK), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+  const __m256 e = exp8_avx2(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+// Tails go through the same vector code in a padded buffer, so a value's result does not
+// depend on where in the row it sits.
+__attribute__((target("avx2,fma"))) void silu_mul_avx2(float* h, const float* up, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(h + i, silu_mul8(_mm256_loadu_ps(h + i), _mm256_loadu_ps(up + i)));
+  if (i == n) return;
+  alignas(32) float a[8] = {}, b[8] = {};
+  std::copy(h + i, h + n, a);
+  std::copy(up + i, up + n, b);
+  _mm256_store_ps(a, silu_mul8(_mm256_load_ps(a), _mm256_load_ps(b)));
+  std::copy(a, a + (n - i), h + i);
+}
+
+__attribute__((target("avx2,fma"))) void gelu_avx2(float* h, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(h + i, gelu8(_mm256_loadu_ps(h + i)));
+  if (i == n) return;
+  alignas(32) float a[8] = {};
+  std::copy(h + i, h + n, a);
+  _mm256_store_ps(a, gelu8(_mm256_load_ps(a)));
+  std::copy(a, a + (n - i), h + i);
+}
+}  // namespace
+
+namespace scalar {
+void silu_mul(float* h, const float* up, size_t n) {
+  for (size_t i = 0; i < n; ++i) h[i] = silu(h[i]) * up[i];
+}
+void gelu_tanh_inplace(float* h, size_t n) {
+  for (size_t i = 0; i < n; ++i) h[i] = gelu_tanh(h[i]);
+}
+}  // namespace scalar
+
+void silu_mul(float* h, const float* up, size_t n) {
+  if (cpu_has_avx2())
+    silu_mul_avx2(h, up, n);
+  else
+    scalar::silu_mul(h, up, n);
+}
+
+void gelu_tanh_inplace(float* h, size_t n) {
+  if (cpu_has_avx2())
+    gelu_avx2(h, n);
+  else
+    scalar::gelu_tanh_inplace(h, n);
+}
+
 float gelu_tanh(float x) {
-  const float k = 0.7978845608028654f;  // sqrt(2/pi)
+  const float k = 0.7978845608028654f;  // sqrt(2/pi); the vector twin uses x * sigmoid(2u)
   return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
 }
 
-void rope_adjacent(float* v, int head_dim, int pos, const float* inv_freq) {
-  for (int i = 0; i < head_dim / 2; ++i) {
-    float a = pos * inv_freq[i], c = std::cos(a), s = std::sin(a);
-    float x0 = v[2 * i], x1 = v[2 * i + 1];
-    v[2 * i] = x0 * c - x1 * s;
-    v[2 * i + 1] = x0 * s + x1 * c;
+void rope_angles(int pos, const float* inv_freq, int half, float* cos, float* sin) {
+  for (int i = 0; i < half; ++i) {
+    const float a = pos * inv_freq[i];
+    cos[i] = std::cos(a);
+    sin[i] = std::sin(a);
   }
 }
 
-void rope_rotate_half(float* v, int head_dim, int pos, const float* inv_freq) {
+void rope_adjacent(float* v, int head_dim, const float* cos, const float* sin) {
+  for (int i = 0; i < head_dim / 2; ++i) {
+    float x0 = v[2 * i], x1 = v[2 * i + 1];
+    v[2 * i] = x0 * cos[i] - x1 * sin[i];
+    v[2 * i + 1] = x0 * sin[i] + x1 * cos[i];
+  }
+}
+
+void rope_rotate_half(float* v, int head_dim, const float* cos, const float* sin) {
   int half = head_dim / 2;
   for (int i = 0; i < half; ++i) {
-    float a = pos * inv_freq[i], c = std::cos(a), s = std::sin(a);
     float x0 = v[i], x1 = v[i + half];
-    v[i] = x0 * c - x1 * s;
-    v[i + half] = x0 * s + x1 * c;
+    v[i] = x0 * cos[i] - x1 * sin[i];
+    v[i + half] = x0 * sin[i] + x1 * cos[i];
   }
 }
 

@@ -18,11 +18,20 @@ void layernorm(const float* x, const float* weight, const float* bias, float* ou
 void softmax(float* x, int n);
 float silu(float x);
 float gelu_tanh(float x);
+// Rows of activations, vectorized (AVX2 exp polynomial) with scalar twins (libm):
+void silu_mul(float* h, const float* up, size_t n);  // h = silu(h) * up (SwiGLU)
+void gelu_tanh_inplace(float* h, size_t n);          // GPT-2's tanh-approximated GELU
+namespace scalar {
+void silu_mul(float* h, const float* up, size_t n);
+void gelu_tanh_inplace(float* h, size_t n);
+}  // namespace scalar
 
-// RoPE on one head vector of head_dim values at position pos.
+// RoPE on one head vector of head_dim values, given the cos/sin of its position's angles
+// (rope_angles: angle i = pos * inv_freq[i], shared by every head of a position).
 // Adjacent pairs (2i, 2i+1): llama2.c and GGUF. Rotate-half (i, i + d/2): Hugging Face.
 // inv_freq[i] = theta^(-2i/d), precomputed (and possibly rescaled) by the model.
-void rope_adjacent(float* v, int head_dim, int pos, const float* inv_freq);
-void rope_rotate_half(float* v, int head_dim, int pos, const float* inv_freq);
+void rope_angles(int pos, const float* inv_freq, int half, float* cos, float* sin);
+void rope_adjacent(float* v, int head_dim, const float* cos, const float* sin);
+void rope_rotate_half(float* v, int head_dim, const float* cos, const float* sin);
 
 }  // namespace kvlm

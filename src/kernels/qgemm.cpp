@@ -29,30 +29,71 @@ size_t q_block_bytes(WeightFormat f) {
   fail("internal error: q_block_bytes of a non-block format");
 }
 
+namespace {
+// Puts one row's block (f16 scale, GGUF-ordered quants) into slot i of a packed 8-row block.
+void place_block(uint8_t* blk, int i, uint16_t scale, const uint8_t* quants, size_t quant_bytes) {
+  std::memcpy(blk + i * 2, &scale, 2);
+  for (size_t j = 0; j < quant_bytes / 4; ++j)  // chunk j of 4 bytes lands at [j][row i]
+    std::memcpy(blk + kScaleBytes + (j * kGroupRows + i) * 4, quants + j * 4, 4);
+}
+size_t quant_bytes(WeightFormat f) { return f == WeightFormat::Q4_0 ? 16 : 32; }
+}  // namespace
+
 HugeVector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in) {
   const int nb = in / 32, groups = (out + kGroupRows - 1) / kGroupRows;
-  const bool q4 = f == WeightFormat::Q4_0;
-  const size_t bb = q_block_bytes(f), row_bytes = q4 ? 16 : 32;
+  const size_t bb = q_block_bytes(f), qb = quant_bytes(f);
   HugeVector<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
   std::vector<float> scales(nb);
-  std::vector<uint8_t> quants(static_cast<size_t>(nb) * row_bytes);
+  std::vector<uint8_t> quants(static_cast<size_t>(nb) * qb);
   for (int r = 0; r < out; ++r) {
     const float* row = w + static_cast<size_t>(r) * in;
-    if (q4)
+    if (f == WeightFormat::Q4_0)
       quantize_row_q4_0(row, in, scales.data(), quants.data());
     else
       quantize_row_q8_0(row, in, scales.data(), reinterpret_cast<int8_t*>(quants.data()));
-    const int g = r / kGroupRows, i = r % kGroupRows;
-    for (int b = 0; b < nb; ++b) {
-      uint8_t* blk = packed.data() + (static_cast<size_t>(g) * nb + b) * bb;
-      const uint16_t h = f32_to_f16(scales[b]);
-      std::memcpy(blk + i * 2, &h, 2);
-      // chunk j of 4 bytes lands at [j][row i]
-      for (size_t j = 0; j < row_bytes / 4; ++j)
-        std::memcpy(blk + kScaleBytes + (j * kGroupRows + i) * 4, quants.data() + b * row_bytes + j * 4, 4);
-    }
+    for (int b = 0; b < nb; ++b)
+      place_block(packed.data() + (static_cast<size_t>(r / kGroupRows) * nb + b) * bb, r % kGroupRows,
+                  f32_to_f16(scales[b]), quants.data() + b * qb, qb);
   }
   return packed;
+}
+
+HugeVector<uint8_t> pack_gguf_blocks(WeightFormat f, const uint8_t* rows, int out, int in) {
+  const int nb = in / 32, groups = (out + kGroupRows - 1) / kGroupRows;
+  const size_t bb = q_block_bytes(f), qb = quant_bytes(f), gguf_bytes = 2 + qb;
+  HugeVector<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
+  for (int r = 0; r < out; ++r)
+    for (int b = 0; b < nb; ++b) {
+      const uint8_t* src = rows + (static_cast<size_t>(r) * nb + b) * gguf_bytes;
+      uint16_t scale;
+      std::memcpy(&scale, src, 2);
+      place_block(packed.data() + (static_cast<size_t>(r / kGroupRows) * nb + b) * bb, r % kGroupRows, scale, src + 2, qb);
+    }
+  return packed;
+}
+
+void unpack_to_f32(WeightFormat f, const uint8_t* packed, int out, int in, float* w) {
+  const int nb = in / 32;
+  const size_t bb = q_block_bytes(f);
+  for (int r = 0; r < out; ++r)
+    for (int b = 0; b < nb; ++b) {
+      const uint8_t* blk = packed + (static_cast<size_t>(r / kGroupRows) * nb + b) * bb;
+      const int i = r % kGroupRows;
+      uint16_t h;
+      std::memcpy(&h, blk + i * 2, 2);
+      const float d = f16_to_f32(h);
+      float* y = w + static_cast<size_t>(r) * in + b * 32;
+      for (int j = 0; j < static_cast<int>(quant_bytes(f) / 4); ++j)
+        for (int k = 0; k < 4; ++k) {
+          const uint8_t byte = blk[kScaleBytes + (j * kGroupRows + i) * 4 + k];
+          if (f == WeightFormat::Q4_0) {
+            y[4 * j + k] = static_cast<float>((byte & 0xF) - 8) * d;
+            y[16 + 4 * j + k] = static_cast<float>((byte >> 4) - 8) * d;
+          } else {
+            y[4 * j + k] = static_cast<float>(static_cast<int8_t>(byte)) * d;
+          }
+        }
+    }
 }
 
 void QuantizedActs::quantize(const float* x, int n_tokens, int in_features) {

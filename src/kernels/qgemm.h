@@ -28,6 +28,10 @@ inline size_t q_group_bytes(WeightFormat f, int nb) { return q_block_bytes(f) * 
 // Quantizes rows [out][in] (in a multiple of 32) and packs them; rows past `out` in the last
 // group are zero. Returns ceil(out/8) groups.
 HugeVector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in);
+// Packs rows stored as GGUF blocks ([f16 scale][quants], 34 / 18 bytes) as they are.
+HugeVector<uint8_t> pack_gguf_blocks(WeightFormat f, const uint8_t* rows, int out, int in);
+// The f32 values packed weights stand for (as GGUF's dequantize gives them).
+void unpack_to_f32(WeightFormat f, const uint8_t* packed, int out, int in, float* w);
 
 // Activations quantized to Q8_0, one row per token.
 struct QuantizedActs {

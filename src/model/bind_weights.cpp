@@ -1,6 +1,7 @@
 #include "model/bind_weights.h"
 
 #include "core/error.h"
+#include "kernels/qgemm.h"
 
 namespace kvlm {
 
@@ -8,12 +9,20 @@ namespace {
 
 using Shape = std::vector<int64_t>;
 
-// nn.Linear stores [out][in], which is our layout.
+// nn.Linear stores [out][in], which is our layout. GGUF Q8_0 / Q4_0 matrices are packed from
+// their blocks as stored: no f32 copy of the model is ever made for them.
 Linear linear(const TensorSource& s, const std::string& name, int out, int in, bool bias) {
   Linear l;
   l.out = out;
   l.in = in;
-  l.w = s.read_f32(name + ".weight", {out, in});
+  const TensorInfo& t = s.get(name + ".weight");
+  if ((t.dtype == DType::Q8_0 || t.dtype == DType::Q4_0) && t.shape == std::vector<int64_t>{out, in} &&
+      t.nbytes == static_cast<size_t>(out) * dtype_row_bytes(t.dtype, in, t.name)) {
+    l.fmt = t.dtype == DType::Q8_0 ? WeightFormat::Q8_0 : WeightFormat::Q4_0;
+    l.packed = pack_gguf_blocks(l.fmt, t.data, out, in);
+  } else {
+    l.w = s.read_f32(name + ".weight", {out, in});
+  }
   if (bias) l.b = s.read_f32(name + ".bias", {out});
   return l;
 }
@@ -32,7 +41,9 @@ Linear conv1d(const TensorSource& s, const std::string& name, int in, int out) {
 }
 
 // Splits a fused [3*d][in] projection (GPT-2 c_attn) into q, k, v.
-Linear rows(const Linear& fused, int first, int count) {
+Linear rows(const Linear& packed_or_f32, int first, int count) {
+  Linear fused = packed_or_f32;
+  fused.convert(WeightFormat::F32);
   Linear l;
   l.out = count;
   l.in = fused.in;

@@ -12,16 +12,28 @@ namespace kvlm {
 
 namespace {
 
+// Row-wise work (norms, RoPE, activations) is split across threads once a prefill makes it
+// large: serial, SiLU or GELU over 512 x hidden values was several percent of a prefill.
+template <class F>
+void for_rows(int n, size_t values_per_row, F&& fn) {
+  if (n > 1 && n * values_per_row >= (1u << 16))
+    ThreadPool::global().parallel_for(n, [&](size_t b, size_t e) {
+      for (size_t t = b; t < e; ++t) fn(static_cast<int>(t));
+    });
+  else
+    for (int t = 0; t < n; ++t) fn(t);
+}
+
 void norm_rows(const ModelConfig& c, const float* x, const std::vector<float>& w, const std::vector<float>& b,
                float* out, int n) {
-  for (int t = 0; t < n; ++t) {
+  for_rows(n, c.dim, [&](int t) {
     const float* xr = x + static_cast<size_t>(t) * c.dim;
     float* o = out + static_cast<size_t>(t) * c.dim;
     if (c.norm == NormKind::RMSNorm)
       rmsnorm(xr, w.data(), o, c.dim, c.norm_eps);
     else
       layernorm(xr, w.data(), b.empty() ? nullptr : b.data(), o, c.dim, c.norm_eps);
-  }
+  });
 }
 
 // Rows of the batch: which chunk each belongs to and its absolute position.
@@ -32,8 +44,8 @@ struct RowInfo {
 
 void apply_rope(const Model& m, float* x, const std::vector<RowInfo>& rows, int n_heads) {
   if (m.cfg.rope == RopeKind::None) return;
-  for (size_t t = 0; t < rows.size(); ++t)
-    for (int h = 0; h < n_heads; ++h) m.rotate(x + (t * n_heads + h) * m.cfg.head_dim, rows[t].pos);
+  const size_t width = static_cast<size_t>(n_heads) * m.cfg.head_dim;
+  for_rows(static_cast<int>(rows.size()), width, [&](int t) { m.rotate_heads(x + t * width, n_heads, rows[t].pos); });
 }
 
 // out[rows][q_dim]: each query attends to its sequence's cached positions and to its chunk's
@@ -50,7 +62,11 @@ void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const 
     std::vector<float> deq(static_cast<size_t>(kSpan) * hd);  // one span of a quantized head, decoded
     AttnState st{group, hd, m.data(), l.data(), acc.data()};
     for (size_t idx = b; idx < e; ++idx) {
-      const int t = static_cast<int>(idx / c.n_kv_heads), g = static_cast<int>(idx % c.n_kv_heads);
+      // Causal rows grow in cost with position: pair the shortest with the longest so that the
+      // pool's contiguous slices carry equal work (in order, one thread got 3/4 of a prefill).
+      const int slot = static_cast<int>(idx / c.n_kv_heads), g = static_cast<int>(idx % c.n_kv_heads);
+      const int n_rows = static_cast<int>(rows.size());
+      const int t = slot % 2 == 0 ? slot / 2 : n_rows - 1 - slot / 2;
       const RowInfo& r = rows[t];
       const KvCache& kv = *chunks[r.chunk].kv;
       const int pos0 = kv.length(), row0 = first_row[r.chunk];  // the chunk's first row is at pos0
@@ -103,8 +119,10 @@ void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const 
     ThreadPool::global().parallel_for(items, body);
 }
 
-void add(float* x, const float* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] += y[i];
+void add_rows(float* x, const float* y, int n, size_t width) {
+  for_rows(n, width, [&](int t) {
+    for (size_t i = t * width; i < (t + 1) * width; ++i) x[i] += y[i];
+  });
 }
 
 }  // namespace
@@ -147,7 +165,7 @@ void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vec
     const SeqChunk& ch = chunks[rows[t].chunk];
     int tok = ch.tokens[t - first_row[rows[t].chunk]];
     std::copy_n(m.tok_emb.data() + static_cast<size_t>(tok) * D, D, x.data() + t * D);
-    if (c.learned_positions) add(x.data() + t * D, m.pos_emb.data() + static_cast<size_t>(rows[t].pos) * D, D);
+    if (c.learned_positions) add_rows(x.data() + t * D, m.pos_emb.data() + static_cast<size_t>(rows[t].pos) * D, 1, D);
   }
 
   for (int l = 0; l < c.n_layers; ++l) {
@@ -164,19 +182,25 @@ void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vec
       chunks[i].kv->store(l, chunks[i].kv->length(), chunks[i].n, k.data() + off, v.data() + off);
     }
     L.wo.forward(att.data(), n, tmp.data());
-    add(x.data(), tmp.data(), n * D);
+    add_rows(x.data(), tmp.data(), n, D);
 
     norm_rows(c, x.data(), L.mlp_norm, L.mlp_norm_bias, xn.data(), n);
     if (c.mlp == MlpKind::SwiGLU) {
       L.w_gate.forward(xn.data(), n, h1.data());
       L.w_up.forward(xn.data(), n, h2.data());
-      for (size_t i = 0; i < h1.size(); ++i) h1[i] = silu(h1[i]) * h2[i];
+      for_rows(n, c.hidden_dim, [&](int t) {
+        const size_t H = c.hidden_dim;
+        silu_mul(h1.data() + t * H, h2.data() + t * H, H);
+      });
     } else {
       L.w_up.forward(xn.data(), n, h1.data());
-      for (float& a : h1) a = gelu_tanh(a);
+      for_rows(n, c.hidden_dim, [&](int t) {
+        const size_t H = c.hidden_dim;
+        gelu_tanh_inplace(h1.data() + t * H, H);
+      });
     }
     L.w_down.forward(h1.data(), n, tmp.data());
-    add(x.data(), tmp.data(), n * D);
+    add_rows(x.data(), tmp.data(), n, D);
   }
   for (const SeqChunk& ch : chunks) ch.kv->set_length(ch.kv->length() + ch.n);
 

@@ -28,11 +28,20 @@ size_t Model::weight_bytes() const {
   return bytes;
 }
 
-void Model::rotate(float* head, int pos) const {
-  if (cfg.rope == RopeKind::AdjacentPairs)
-    rope_adjacent(head, cfg.head_dim, pos, rope_inv_freq.data());
-  else if (cfg.rope == RopeKind::RotateHalf)
-    rope_rotate_half(head, cfg.head_dim, pos, rope_inv_freq.data());
+void Model::rotate(float* head, int pos) const { rotate_heads(head, 1, pos); }
+
+void Model::rotate_heads(float* heads, int n_heads, int pos) const {
+  if (cfg.rope == RopeKind::None) return;
+  const int half = cfg.head_dim / 2;
+  float cs[512], sn[512];  // head_dim is validated to at most 1024
+  rope_angles(pos, rope_inv_freq.data(), half, cs, sn);
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = heads + static_cast<size_t>(h) * cfg.head_dim;
+    if (cfg.rope == RopeKind::AdjacentPairs)
+      rope_adjacent(v, cfg.head_dim, cs, sn);
+    else
+      rope_rotate_half(v, cfg.head_dim, cs, sn);
+  }
 }
 
 size_t Model::n_params() const {

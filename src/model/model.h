@@ -35,6 +35,8 @@ struct Model {
   void init_rope();
   // Rotates one head vector to position pos in this model's RoPE convention (no-op without RoPE).
   void rotate(float* head, int pos) const;
+  // The same for n_heads consecutive head vectors of one position (angles computed once).
+  void rotate_heads(float* heads, int n_heads, int pos) const;
   // Re-encodes every matrix (and the LM head, untied for the purpose) as `f`. Matrices whose
   // rows are not a multiple of 32 stay f32; returns how many did.
   int convert_weights(WeightFormat f);
