@@ -151,6 +151,25 @@ TEST(WeightKernels, Bf16DotMatchesScalarTwin) {
   }
 }
 
+TEST(WeightKernels, Q8_0QuantizationMatchesScalarTwinBitForBit) {
+  for (int nb : {1, 2, 5, 64}) {
+    auto x = randn(nb * 32 + 3, 90 + nb);
+    x[3] = 127.0f;  // scale 1, so 2.5 and -3.5 are exact ties (round to even); zero blocks give d = 0
+    x[4] = 2.5f;
+    x[5] = -3.5f;
+    std::vector<float> zeros(64, 0.0f);
+    for (const float* src : {x.data() + 3, zeros.data()}) {
+      const int blocks = src == zeros.data() ? 2 : nb;
+      std::vector<float> s1(blocks), s2(blocks);
+      std::vector<int8_t> q1(blocks * 32), q2(blocks * 32);
+      quantize_row_q8_0(src, blocks * 32, s1.data(), q1.data());
+      scalar::quantize_row_q8_0(src, blocks * 32, s2.data(), q2.data());
+      ASSERT_EQ(s1, s2);
+      ASSERT_EQ(q1, q2);
+    }
+  }
+}
+
 TEST(WeightKernels, QuantizationRoundTripsWithinStatedBounds) {
   auto x = randn(4096, 7);
   std::vector<float> s(128);

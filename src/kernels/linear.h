@@ -37,6 +37,7 @@ void quantize_row_q4_0(const float* x, int n, float* scales, uint8_t* q);
 float dot_bf16(const uint16_t* w, const float* x, int n);
 
 namespace scalar {
+void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q);
 float dot_bf16(const uint16_t* w, const float* x, int n);
 }  // namespace scalar
 
