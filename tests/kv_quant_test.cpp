@@ -59,6 +59,24 @@ std::vector<float> decode_logits(const Model& m, const std::vector<int>& ids, Kv
   return all;
 }
 
+TEST(KvQuant, VectorDecodersMatchScalarTwinsBitForBit) {
+  for (KvDtype t : {KvDtype::BF16, KvDtype::INT8, KvDtype::INT4})
+    for (int hd : {8, 32, 64, 128}) {
+      const int kv_dim = 4 * std::max(hd, 32);
+      if (kv_dim % hd) continue;
+      KvRowCodec c{t, kv_dim, hd};
+      auto x = test::randn(kv_dim, hd + static_cast<int>(t));
+      std::vector<uint8_t> data(c.data_bytes());
+      std::vector<float> params(c.n_params() + 1), a(hd), b(hd);
+      c.encode(x.data(), data.data(), params.data());
+      for (int h = 0; h < kv_dim / hd; ++h) {
+        c.decode_head(data.data(), params.data(), h, a.data());
+        c.decode_head_scalar(data.data(), params.data(), h, b.data());
+        ASSERT_EQ(a, b) << kv_dtype_name(t) << " head_dim " << hd << " head " << h;
+      }
+    }
+}
+
 TEST(KvQuant, Int8LogitsStayCloseToF32OnStories260K) {
   KVLM_NEED_SHARED("golden/stories260K/logits_long_prompt_mia.f32", "int8 KV against the llama2.c logits");
   auto side = nlohmann::json::parse(test::read_file(test::shared_path("golden/stories260K/logits_long_prompt_mia.json")));

@@ -6,6 +6,9 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "kernels/dot.h"
+
+#include <immintrin.h>
 
 namespace kvlm {
 
@@ -86,7 +89,55 @@ void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
   }
 }
 
+namespace {
+// Attention decodes every cached row it reads, so the decoders are vectorized; they compute the
+// same products as the scalar code below (one multiply, or one fused multiply-add for int4).
+__attribute__((target("avx2,fma"))) bool decode_head_avx2(KvDtype t, const uint8_t* data, const float* params, int h,
+                                                          int head_dim, float* out) {
+  const int base = h * head_dim;
+  if (head_dim % 8 != 0) return false;
+  if (t == KvDtype::BF16) {
+    for (int i = 0; i < head_dim; i += 8) {
+      const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 2 * (base + i))));
+      _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    return true;
+  }
+  if (t == KvDtype::INT8) {
+    const __m256 s = _mm256_set1_ps(params[h]);
+    for (int i = 0; i < head_dim; i += 8) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(data + base + i));
+      _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+    }
+    return true;
+  }
+  if (t == KvDtype::INT4 && head_dim % 32 == 0) {
+    for (int g = base / 32, gi = 0; gi < head_dim / 32; ++gi, ++g) {
+      const __m256 s = _mm256_set1_ps(params[2 * g]), z = _mm256_set1_ps(params[2 * g + 1]);
+      for (int i = 0; i < 16; i += 4) {  // 4 bytes = 8 values, low nibble first
+        uint32_t w;
+        std::memcpy(&w, data + g * 16 + i, 4);
+        const __m256i bytes = _mm256_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(w)));
+        // lanes 0..3 hold bytes; values interleave lo, hi per byte
+        const __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi32(0xF)), hi = _mm256_srli_epi32(bytes, 4);
+        const __m256i l = _mm256_permutevar8x32_epi32(lo, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+        const __m256i hh = _mm256_permutevar8x32_epi32(hi, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+        const __m256i q = _mm256_blend_epi32(l, hh, 0xAA);
+        _mm256_storeu_ps(out + gi * 32 + 2 * i, _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(q), z));
+      }
+    }
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
 void KvRowCodec::decode_head(const uint8_t* data, const float* params, int h, float* out) const {
+  if (cpu_has_avx2() && decode_head_avx2(dtype, data, params, h, head_dim, out)) return;
+  decode_head_scalar(data, params, h, out);
+}
+
+void KvRowCodec::decode_head_scalar(const uint8_t* data, const float* params, int h, float* out) const {
   const int base = h * head_dim;
   switch (dtype) {
     case KvDtype::F32:
@@ -112,8 +163,8 @@ void KvRowCodec::decode_head(const uint8_t* data, const float* params, int h, fl
           const uint8_t* q = data + (g0 + gi) * 16;
           float* o = out + gi * 32;
           for (int i = 0; i < 16; ++i) {
-            o[2 * i] = z + s * (q[i] & 0xF);
-            o[2 * i + 1] = z + s * (q[i] >> 4);
+            o[2 * i] = std::fma(s, static_cast<float>(q[i] & 0xF), z);
+            o[2 * i + 1] = std::fma(s, static_cast<float>(q[i] >> 4), z);
           }
         }
         return;
@@ -122,7 +173,7 @@ void KvRowCodec::decode_head(const uint8_t* data, const float* params, int h, fl
         int e = base + i, g = e / 32;
         uint8_t byte = data[e / 2];
         int q = (e & 1) ? byte >> 4 : byte & 0xF;
-        out[i] = params[2 * g + 1] + params[2 * g] * q;
+        out[i] = std::fma(params[2 * g], static_cast<float>(q), params[2 * g + 1]);
       }
       return;
   }

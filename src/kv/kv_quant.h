@@ -26,7 +26,8 @@ struct KvRowCodec {
 
   void encode(const float* x, uint8_t* data, float* params) const;
   // Decodes head h's head_dim values of a row into out.
-  void decode_head(const uint8_t* data, const float* params, int h, float* out) const;
+  void decode_head(const uint8_t* data, const float* params, int h, float* out) const;  // AVX2 when present
+  void decode_head_scalar(const uint8_t* data, const float* params, int h, float* out) const;  // its twin
 };
 
 // Whether a codec can hold rows of this shape (int4 needs kv_dim divisible by 32).
