@@ -10,6 +10,7 @@
 
 #include "engine/sampler.h"
 #include "core/half.h"
+#include "kernels/dot.h"
 #include "kernels/linear.h"
 #include "kernels/qgemm.h"
 #include "io/tensor_source.h"
@@ -129,7 +130,7 @@ TEST(WeightKernels, F16RoundingMatchesHardware) {
     if ((h & 0x7c00u) != 0x7c00u) {
       ASSERT_EQ(f32_to_f16(f16_to_f32(static_cast<uint16_t>(h))), h);
     }
-  if (!__builtin_cpu_supports("f16c")) {
+  if (!cpu_has_f16c()) {
     GTEST_SKIP() << "no F16C: rounding checked by round trips only";
   }
   std::mt19937 rng(5);

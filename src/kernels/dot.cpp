@@ -1,5 +1,6 @@
 #include "kernels/dot.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 namespace kvlm {
@@ -100,10 +101,16 @@ const Dispatch& dispatch() {
 }
 }  // namespace
 
+bool cpu_has_f16c() {
+  // CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
+
 bool cpu_has_avx2() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   }();
   return yes;
 }

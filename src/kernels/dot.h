@@ -20,6 +20,7 @@ void axpy_f32(float alpha, const float* x, float* y, size_t n);
 
 // Whether this CPU runs the AVX2+FMA kernels (checked once).
 bool cpu_has_avx2();
+bool cpu_has_f16c();  // the packed weights' f16 scales need it; part of cpu_has_avx2()
 // Name of the instruction set the dispatched kernels use ("avx2" or "scalar").
 const char* kernel_isa();
 
