@@ -141,6 +141,9 @@ std::vector<StepEvent> Engine::step() {
   int reserved = 0;  // blocks the scheduled sequences will take in prepare()
   std::vector<Sequence*> batch;
   auto need = [](const Sequence& s, int n) { return s.cache->blocks_needed(s.cache->length(), n); };
+  // Blocks behind a sliding window go back now: counted as "freed later" instead, an admission
+  // below could adopt one of them as a cached prefix and leave the pool a block short.
+  for (int id : running_) seqs_.at(id)->cache->release_window_blocks();
   // 1. Running sequences first, oldest first; when the pool runs dry, the newest is preempted.
   for (size_t i = 0; i < running_.size();) {
     Sequence& s = *seqs_.at(running_[i]);

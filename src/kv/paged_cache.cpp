@@ -37,6 +37,15 @@ int PagedKvCache::dead_before(int pos) const {
   return std::max(0, pos - w + 1) / pool_.block_size();
 }
 
+void PagedKvCache::release_before(int pos) {
+  // Tail first, as release_all does, so the oldest stay cached longest.
+  for (int b = std::min(dead_before(pos), static_cast<int>(table_.size())) - 1; b >= 0; --b)
+    if (table_[b] != kFreed) {
+      pool_.release(table_[b]);
+      table_[b] = kFreed;
+    }
+}
+
 int PagedKvCache::live_blocks() const {
   return static_cast<int>(std::count_if(table_.begin(), table_.end(), [](int b) { return b != kFreed; }));
 }
@@ -65,12 +74,7 @@ void PagedKvCache::prepare(int pos, int n) {
   if (blocks_needed(pos, n) > pool_.num_free())
     fail("KV pool exhausted: need ", blocks_needed(pos, n), " blocks, ", pool_.num_free(), " free");
   const int bs = pool_.block_size();
-  // Blocks that left every layer's window go back first (tail first, as release_all does).
-  for (int b = std::min(dead_before(pos), static_cast<int>(table_.size())) - 1; b >= 0; --b)
-    if (table_[b] != kFreed) {
-      pool_.release(table_[b]);
-      table_[b] = kFreed;
-    }
+  release_before(pos);
   const int last_block = (pos + n - 1) / bs;
   for (int b = pos / bs; b <= last_block && b < static_cast<int>(table_.size()); ++b) {
     if (table_[b] == kFreed) fail("internal error: writing into a block freed by the sliding window");
@@ -193,6 +197,9 @@ int PagedKvCache::adopt_prefix(const std::vector<int>& tokens) {
     hashes_.push_back(h);
   }
   length_ = hot_from_ = static_cast<int>(table_.size()) * bs;  // adopted rows exist only as pages
+  // Blocks already behind the window are never read from here: give them straight back, so no
+  // count of "blocks this sequence will free" is ever pending when a scheduler plans a step.
+  release_before(length_);
   return length_;
 }
 

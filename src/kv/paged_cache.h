@@ -40,6 +40,10 @@ class PagedKvCache : public KvCache {
   // Net blocks prepare(pos, n) takes from the pool: new blocks plus copies of shared ones,
   // less the private blocks it frees for having left the window (never below 0).
   int blocks_needed(int pos, int n) const;
+  // Gives back the blocks no query from `length()` on will read (prepare does it too). A
+  // scheduler calls it before planning a step, so the blocks it frees are plainly free (and
+  // adoptable as cached prefixes) while it counts what each sequence needs.
+  void release_window_blocks() { release_before(length_); }
   int live_blocks() const;   // table entries still holding a block
   int freed_blocks() const;  // table entries given back for having left the window
   int residual() const { return residual_; }
@@ -60,6 +64,7 @@ class PagedKvCache : public KvCache {
 
  private:
   int dead_before(int pos) const;  // blocks [0, result) are outside every layer's window at pos
+  void release_before(int pos);
 
   BlockPool& pool_;
   int max_len_, length_ = 0;
