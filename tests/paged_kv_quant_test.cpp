@@ -87,15 +87,8 @@ TEST(QuantizedPages, PageBytesShrinkByTheCodecRatio) {
             2ull * c.n_layers * 16 * (c.kv_dim() / 2 + 8 * (c.kv_dim() / 32)));
 }
 
-std::vector<int> generated(const Engine& e, int id) {
-  const Sequence& s = e.seq(id);
-  return std::vector<int>(s.tokens.begin() + s.prompt_len, s.tokens.end());
-}
-
-void drain(Engine& e) {
-  for (int guard = 0; e.has_work() && guard < 100000; ++guard) e.step();
-  ASSERT_FALSE(e.has_work());
-}
+using test::drain;
+using test::generated;
 
 TEST(QuantizedPages, PrefixSharingAndForksWorkOnQuantizedPages) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");

@@ -85,15 +85,8 @@ std::vector<int> run_alone(const Model& m, const std::vector<int>& prompt, int n
   return generate(m, prompt, opt).generated;
 }
 
-std::vector<int> generated(const Engine& e, int id) {
-  const Sequence& s = e.seq(id);
-  return std::vector<int>(s.tokens.begin() + s.prompt_len, s.tokens.end());
-}
-
-void drain(Engine& e) {
-  for (int guard = 0; e.has_work() && guard < 100000; ++guard) e.step();
-  ASSERT_FALSE(e.has_work());
-}
+using test::drain;
+using test::generated;
 
 TEST(PagedKv, GreedyGoldensThroughTheEngine) {
   KVLM_NEED_SHARED("golden/stories260K/greedy_long_prompt_mia.json", "stories260K goldens through the paged engine");

@@ -1,5 +1,7 @@
 #include "test_support.h"
 
+#include "engine/engine.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +92,16 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float m = 0.0f;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
   return m;
+}
+
+std::vector<int> generated(const Engine& e, int id) {
+  const Sequence& s = e.seq(id);
+  return std::vector<int>(s.tokens.begin() + s.prompt_len, s.tokens.end());
+}
+
+void drain(Engine& e) {
+  for (int guard = 0; e.has_work() && guard < 100000; ++guard) e.step();
+  ASSERT_FALSE(e.has_work());
 }
 
 }  // namespace kvlm::test

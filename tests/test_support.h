@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+namespace kvlm {
+class Engine;
+}
+
 namespace kvlm::test {
 
 std::string shared_dir();
@@ -42,5 +46,10 @@ RunResult run_kvlm(const std::vector<std::string>& args);
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 // n standard-normal floats from a seeded generator.
 std::vector<float> randn(size_t n, uint64_t seed);
+
+// The tokens a sequence of the engine generated (after its prompt).
+std::vector<int> generated(const Engine& e, int id);
+// Steps the engine until it has no work left (fails the test if it never gets there).
+void drain(Engine& e);
 
 }  // namespace kvlm::test
