@@ -16,6 +16,14 @@ namespace kvlm {
 namespace {
 constexpr size_t kScaleBytes = kGroupRows * sizeof(uint16_t);
 
+// The packed layout in one place: row i's f16 scale, and where row i's chunk j (4 bytes) sits.
+float row_scale(const uint8_t* blk, int i) {
+  uint16_t h;
+  std::memcpy(&h, blk + i * 2, 2);
+  return f16_to_f32(h);
+}
+size_t chunk_offset(int i, int j) { return kScaleBytes + (static_cast<size_t>(j) * kGroupRows + i) * 4; }
+
 int32_t load_i32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -34,7 +42,7 @@ namespace {
 void place_block(uint8_t* blk, int i, uint16_t scale, const uint8_t* quants, size_t quant_bytes) {
   std::memcpy(blk + i * 2, &scale, 2);
   for (size_t j = 0; j < quant_bytes / 4; ++j)  // chunk j of 4 bytes lands at [j][row i]
-    std::memcpy(blk + kScaleBytes + (j * kGroupRows + i) * 4, quants + j * 4, 4);
+    std::memcpy(blk + chunk_offset(i, static_cast<int>(j)), quants + j * 4, 4);
 }
 size_t quant_bytes(WeightFormat f) { return f == WeightFormat::Q4_0 ? 16 : 32; }
 }  // namespace
@@ -79,13 +87,11 @@ void unpack_to_f32(WeightFormat f, const uint8_t* packed, int out, int in, float
     for (int b = 0; b < nb; ++b) {
       const uint8_t* blk = packed + (static_cast<size_t>(r / kGroupRows) * nb + b) * bb;
       const int i = r % kGroupRows;
-      uint16_t h;
-      std::memcpy(&h, blk + i * 2, 2);
-      const float d = f16_to_f32(h);
+      const float d = row_scale(blk, i);
       float* y = w + static_cast<size_t>(r) * in + b * 32;
       for (int j = 0; j < static_cast<int>(quant_bytes(f) / 4); ++j)
         for (int k = 0; k < 4; ++k) {
-          const uint8_t byte = blk[kScaleBytes + (j * kGroupRows + i) * 4 + k];
+          const uint8_t byte = blk[chunk_offset(i, j) + k];
           if (f == WeightFormat::Q4_0) {
             y[4 * j + k] = static_cast<float>((byte & 0xF) - 8) * d;
             y[16 + 4 * j + k] = static_cast<float>((byte >> 4) - 8) * d;
@@ -130,22 +136,20 @@ void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, i
       for (int b = 0; b < a.nb; ++b) {
         const uint8_t* blk = group + b * bb;
         const int8_t* xq = a.q.data() + static_cast<size_t>(t0 + t) * a.in + b * 32;
-        uint16_t h;
-        std::memcpy(&h, blk + i * 2, 2);
-        const float scale = f16_to_f32(h) * a.d[static_cast<size_t>(t0 + t) * a.nb + b];
+        const float scale = row_scale(blk, i) * a.d[static_cast<size_t>(t0 + t) * a.nb + b];
         int32_t s = 0;
         float sum;
         if (q4) {
           for (int j = 0; j < 4; ++j)
             for (int k = 0; k < 4; ++k) {
-              const uint8_t byte = blk[kScaleBytes + (j * kGroupRows + i) * 4 + k];
+              const uint8_t byte = blk[chunk_offset(i, j) + k];
               s += (byte & 0xF) * xq[4 * j + k] + (byte >> 4) * xq[16 + 4 * j + k];
             }
           sum = static_cast<float>(s) - a.x8[static_cast<size_t>(t0 + t) * a.nb + b];
         } else {
           for (int j = 0; j < 8; ++j)
             for (int k = 0; k < 4; ++k)
-              s += static_cast<int8_t>(blk[kScaleBytes + (j * kGroupRows + i) * 4 + k]) * xq[4 * j + k];
+              s += static_cast<int8_t>(blk[chunk_offset(i, j) + k]) * xq[4 * j + k];
           sum = static_cast<float>(s);
         }
         acc = std::fma(scale, sum, acc);
