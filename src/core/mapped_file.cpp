@@ -13,6 +13,10 @@
 namespace kvlm {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
+  struct stat pre {};
+  // stat first: open() on a FIFO would block until a writer appears.
+  if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode))
+    fail(path, S_ISDIR(pre.st_mode) ? ": is a folder, not a model file" : ": not a regular file (a device, pipe or socket)");
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
   struct stat st {};

@@ -7,6 +7,8 @@
 #include <set>
 #include <string>
 
+#include "core/error.h"
+
 namespace kvlm {
 
 namespace {
@@ -23,17 +25,30 @@ constexpr int kSpinIterations = 20000;  // roughly 50-100 microseconds of pause 
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  if (n_threads_ > kMaxThreads) fail("thread count ", n_threads_, " is above the limit of ", kMaxThreads);
+  try {
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  } catch (const std::exception& e) {
+    // The destructor does not run for a half-built object: stop and join what started here.
+    const size_t started = workers_.size();
+    shutdown();
+    fail("cannot start ", n_threads_ - 1, " worker threads (", started, " started, then: ", e.what(),
+         "); use fewer --threads or raise the process/thread limit");
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { shutdown(); }
+
+void ThreadPool::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
     generation_.fetch_add(1);
   }
   wake_cv_.notify_all();
-  for (auto& t : workers_) t.join();
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
+  workers_.clear();
 }
 
 void ThreadPool::worker(int index) {

@@ -21,6 +21,7 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
+  static constexpr int kMaxThreads = 1024;
   int size() const { return n_threads_; }
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n); the caller thread takes part.
@@ -33,6 +34,7 @@ class ThreadPool {
 
  private:
   void worker(int index);
+  void shutdown();  // stops and joins every started worker; safe to call twice
 
   int n_threads_;
   std::vector<std::thread> workers_;

@@ -1,6 +1,8 @@
 #include "io/gguf.h"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -131,6 +133,12 @@ double GgufValue::as_float(const std::string& key) const {
   return static_cast<double>(as_int(key));
 }
 
+bool GgufValue::as_bool(const std::string& key) const {
+  if (std::holds_alternative<bool>(scalar)) return std::get<bool>(scalar);
+  if (is_integer()) return as_int(key) != 0;
+  fail("GGUF metadata ", key, " must be a bool or an integer");
+}
+
 const std::string& GgufValue::as_string(const std::string& key) const {
   if (!std::holds_alternative<std::string>(scalar) || type != GgufType::STRING)
     fail("GGUF metadata ", key, " must be a string");
@@ -198,6 +206,16 @@ std::unique_ptr<GgufFile> parse_gguf(const uint8_t* data, size_t size, const std
   uint64_t data_start = (c.pos() + g->alignment - 1) / g->alignment * g->alignment;
   if (data_start > size && n_tensors > 0) fail(label, ": tensor data would start past the end of the file");
   uint64_t data_size = data_start <= size ? size - data_start : 0;
+  // Tensors may not share bytes (llama.cpp refuses such files too).
+  std::vector<size_t> order(infos.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return infos[a].offset < infos[b].offset; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const Info& prev = infos[order[i - 1]];
+    const Info& cur = infos[order[i]];
+    if (cur.offset - prev.offset < prev.t.nbytes)
+      fail(label, ": tensors ", prev.t.name, " and ", cur.t.name, " overlap in the data section");
+  }
   for (Info& info : infos) {
     if (info.offset > data_size || info.t.nbytes > data_size - info.offset)
       fail(label, ": tensor ", info.t.name, " [", info.offset, ", +", info.t.nbytes, ") lies outside the data (",
@@ -215,6 +233,8 @@ std::unique_ptr<GgufFile> read_gguf(const std::string& path) {
 }
 
 bool looks_like_gguf(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;  // never open a FIFO or device
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;

@@ -28,6 +28,7 @@ struct GgufValue {
   bool is_integer() const;
   int64_t as_int(const std::string& key) const;      // throws unless an integer that fits
   double as_float(const std::string& key) const;     // integer or float
+  bool as_bool(const std::string& key) const;        // bool, or any integer type (0 = false)
   const std::string& as_string(const std::string& key) const;
 };
 

@@ -70,7 +70,15 @@ void TensorSource::add(TensorInfo t) {
 const TensorInfo& TensorSource::get(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) fail("model is missing tensor ", name);
+  used_.insert(name);
   return it->second;
+}
+
+std::vector<std::string> TensorSource::unused() const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : tensors_)
+    if (!used_.count(name)) out.push_back(name);
+  return out;
 }
 
 std::vector<float> TensorSource::read_f32(const std::string& name,

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,7 +39,9 @@ class TensorSource {
   void add(TensorInfo t);
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
-  const TensorInfo& get(const std::string& name) const;  // throws naming the tensor
+  const TensorInfo& get(const std::string& name) const;  // throws naming the tensor; marks it used
+  // Names never fetched through get()/read_f32(): tensors no layer uses.
+  std::vector<std::string> unused() const;
   const std::map<std::string, TensorInfo>& all() const { return tensors_; }
 
   // Copies the tensor to f32 after checking its shape equals `expect`.
@@ -47,6 +50,7 @@ class TensorSource {
  private:
   std::vector<std::shared_ptr<MappedFile>> files_;  // keeps mapped data alive
   std::map<std::string, TensorInfo> tensors_;
+  mutable std::set<std::string> used_;
 };
 
 std::vector<float> to_f32(const TensorInfo& t);

@@ -1,4 +1,4 @@
-// Linear: a dense layer y[n][out] = x[n][in] * W^T + b, with W in f32, bf16, Q8_0 or Q4_0.
+// Linear: a dense layer y[n][out] = x[n][in] * W^T + b, with W in f32, f16, bf16, Q8_0 or Q4_0.
 // Quantized weights are repacked at load into groups of 8 interleaved rows (kernels/qgemm.h);
 // activations are quantized to Q8_0 per call (as llama.cpp does) and multiplied in int8.
 #pragma once
@@ -11,15 +11,15 @@
 
 namespace kvlm {
 
-enum class WeightFormat { F32, BF16, Q8_0, Q4_0 };
+enum class WeightFormat { F32, BF16, Q8_0, Q4_0, F16 };
 const char* weight_format_name(WeightFormat f);
-WeightFormat parse_weight_format(const std::string& s);  // "f32", "bf16", "q8_0", "q4_0"
+WeightFormat parse_weight_format(const std::string& s);  // "f32", "f16", "bf16", "q8_0", "q4_0"
 
 struct Linear {
   int out = 0, in = 0;
   WeightFormat fmt = WeightFormat::F32;
   std::vector<float> w;        // [out][in] (F32)
-  HugeVector<uint16_t> w16;    // [out][in] (BF16)
+  HugeVector<uint16_t> w16;    // [out][in] (BF16 or F16)
   HugeVector<uint8_t> packed;  // ceil(out/8) groups of 8 interleaved rows (Q8_0, Q4_0)
   std::vector<float> b;        // [out], or empty when the layer has no bias
 
@@ -35,10 +35,12 @@ void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q);
 void quantize_row_q4_0(const float* x, int n, float* scales, uint8_t* q);
 
 float dot_bf16(const uint16_t* w, const float* x, int n);
+float dot_f16(const uint16_t* w, const float* x, int n);
 
 namespace scalar {
 void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q);
 float dot_bf16(const uint16_t* w, const float* x, int n);
+float dot_f16(const uint16_t* w, const float* x, int n);
 }  // namespace scalar
 
 }  // namespace kvlm

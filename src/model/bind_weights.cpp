@@ -80,14 +80,23 @@ void bind_gpt_layer_norms_and_mlp(const TensorSource& s, const std::string& lp, 
   }
 }
 
+// Whether a projection has a bias: the config's word when it has one (a bias tensor it does not
+// expect is refused, never dropped), else whether the file holds the tensor.
+bool has_bias(const TensorSource& s, int configured, const std::string& tensor, const char* key) {
+  if (configured < 0) return s.has(tensor);
+  if (!configured && s.has(tensor))
+    fail("model has tensor ", tensor, " but its config says ", key, " is false; refusing to ignore it");
+  return configured != 0;
+}
+
 }  // namespace
 
 void bind_llama(const TensorSource& s, Model& m) {
   const ModelConfig& c = m.cfg;
   m.tok_emb = s.read_f32("model.embed_tokens.weight", {c.vocab_size, c.dim});
-  bool qkv_bias = s.has("model.layers.0.self_attn.q_proj.bias");
-  bool o_bias = s.has("model.layers.0.self_attn.o_proj.bias");
-  bool mlp_bias = s.has("model.layers.0.mlp.gate_proj.bias");
+  bool qkv_bias = has_bias(s, c.qkv_bias, "model.layers.0.self_attn.q_proj.bias", "attention_bias");
+  bool o_bias = has_bias(s, c.o_bias, "model.layers.0.self_attn.o_proj.bias", "attention_bias");
+  bool mlp_bias = has_bias(s, c.mlp_bias, "model.layers.0.mlp.gate_proj.bias", "mlp_bias");
   m.layers.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     std::string p = "model.layers." + std::to_string(i) + ".";
@@ -140,6 +149,7 @@ void bind_gpt_neo(const TensorSource& s, Model& m) {
     L.wv = linear(s, a + "v_proj", c.dim, c.dim, false);
     L.wo = linear(s, a + "out_proj", c.dim, c.dim, true);
   }
+  if (!c.tied_embeddings) m.lm_head = linear(s, "lm_head", c.vocab_size, c.dim, false);
 }
 
 }  // namespace kvlm

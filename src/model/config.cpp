@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace kvlm {
@@ -22,6 +24,26 @@ void ModelConfig::validate(const std::string& source) const {
   need(norm_eps > 0.0f && norm_eps < 1.0f, "norm_eps must be in (0, 1)");
   need(static_cast<int>(layer_window.size()) == n_layers, "layer_window needs one entry per layer");
   for (int w : layer_window) need(w >= 0, "window sizes must be >= 0");
+  need(std::isfinite(norm_eps), "norm_eps must be finite");
+  need(std::isfinite(attn_scale) && attn_scale > 0.0f, "attention scale must be a positive finite number");
+  // GPT-2 and GPT-Neo project q, k and v from the residual with square matrices: heads must tile it.
+  if (learned_positions) {
+    need(q_dim() == dim, "the head count must divide the width (n_heads x head_dim must equal dim)");
+    need(n_kv_heads == n_heads, "this architecture has no grouped-query attention (n_kv_heads must equal n_heads)");
+  }
+  if (rope != RopeKind::None) {
+    need(std::isfinite(rope_theta) && rope_theta > 0.0f, "rope_theta (freq_base) must be a positive finite number");
+    need(rope_scaling.empty() || rope_scaling == "linear" || rope_scaling == "llama3", "unknown rope scaling");
+    need(std::isfinite(rope_factor) && rope_factor > 0.0f, "rope scaling factor must be a positive finite number");
+    need(std::isfinite(rope_low_freq_factor) && std::isfinite(rope_high_freq_factor) &&
+             rope_high_freq_factor > rope_low_freq_factor,
+         "rope high_freq_factor must exceed low_freq_factor");
+    need(rope_original_max_pos > 0, "rope original_max_position_embeddings must be positive");
+    need(rope_freq_divisors.empty() || static_cast<int>(rope_freq_divisors.size()) == head_dim / 2,
+         "rope_freqs needs head_dim/2 entries");
+    for (float d : rope_freq_divisors)
+      need(std::isfinite(d) && d > 0.0f, "rope_freqs entries must be positive finite numbers");
+  }
 }
 
 }  // namespace kvlm

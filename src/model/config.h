@@ -33,6 +33,10 @@ struct ModelConfig {
   MlpKind mlp = MlpKind::SwiGLU;
   bool learned_positions = false;  // GPT-2 / GPT-Neo position embeddings
   float attn_scale = 0.0f;         // multiplier on q.k; 1/sqrt(head_dim) unless the arch says otherwise
+  bool attn_scale_by_layer = false;  // GPT-2 scale_attn_by_inverse_layer_idx: layer i divides scores by i+1
+  // Which projections carry a bias, as the config says: 1 yes, 0 no, -1 look at the file's tensors
+  // (llama2.c and GGUF, whose metadata has no such key).
+  int qkv_bias = -1, o_bias = -1, mlp_bias = -1;
   std::vector<int> layer_window;   // [n_layers]: 0 = global, W = attend to the last W positions (self included)
   bool tied_embeddings = true;
   int bos_id = 1, eos_id = 2;
@@ -43,6 +47,8 @@ struct ModelConfig {
   size_t kv_bytes_per_token(size_t bytes_per_element = 4) const {
     return 2ull * n_layers * n_kv_heads * head_dim * bytes_per_element;
   }
+  // The score multiplier of one layer.
+  float layer_attn_scale(int layer) const { return attn_scale_by_layer ? attn_scale / (layer + 1) : attn_scale; }
   // Throws KvlmError when a field is out of range or inconsistent.
   void validate(const std::string& source) const;
 };

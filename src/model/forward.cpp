@@ -56,6 +56,7 @@ void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const 
                float* out) {
   const int hd = c.head_dim, group = c.n_heads / c.n_kv_heads, kv_dim = c.kv_dim(), q_dim = c.q_dim();
   const int window = c.layer_window[layer];
+  const float scale = c.layer_attn_scale(layer);
   constexpr int kSpan = 128;  // keys per online-softmax update, at fixed logical positions
   auto body = [&](size_t b, size_t e) {
     std::vector<float> m(group), l(group), acc(static_cast<size_t>(group) * hd), s(static_cast<size_t>(group) * kSpan);
@@ -100,7 +101,7 @@ void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const 
       for (int j0 = lo; j0 <= p; j0 += kSpan) {
         const int j1 = std::min(p + 1, j0 + kSpan), n = j1 - j0;
         for_runs(j0, j1, false, [&](int off, const float* kr, size_t stride, int cnt) {
-          attn_scores(qg, group, hd, c.attn_scale, kr, stride, cnt, s.data() + off, kSpan);
+          attn_scores(qg, group, hd, scale, kr, stride, cnt, s.data() + off, kSpan);
         });
         attn_update(st, s.data(), kSpan, n);
         for_runs(j0, j1, true, [&](int off, const float* vr, size_t stride, int cnt) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/read_file.h"
 
 namespace kvlm {
@@ -69,11 +70,25 @@ ModelConfig llama_family(const Reader& r, const std::string& type) {
   c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
   c.bos_id = r.integer_or("bos_token_id", 1);
   c.eos_id = r.integer_or("eos_token_id", 2);
+  // Biases as each HF class builds them: Llama from attention_bias / mlp_bias (all four
+  // attention projections share one flag), Qwen2 always on q/k/v only, Mistral never.
+  if (type == "llama") {
+    c.qkv_bias = c.o_bias = r.boolean_or("attention_bias", false);
+    c.mlp_bias = r.boolean_or("mlp_bias", false);
+  } else {
+    c.qkv_bias = type == "qwen2";
+    c.o_bias = c.mlp_bias = 0;
+  }
   int window = 0;
   if (type == "mistral") window = r.integer_or("sliding_window", 0);
-  if (type == "qwen2" && (r.boolean_or("use_sliding_window", false) || r.has("layer_types")))
-    window = r.integer_or("sliding_window", 0);
+  const bool qwen_windows = type == "qwen2" && r.boolean_or("use_sliding_window", false);
+  if (qwen_windows || (type == "qwen2" && r.has("layer_types"))) window = r.integer_or("sliding_window", 0);
   c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, window);
+  // Qwen2 without layer_types: only layers from max_window_layers on slide (HF's Qwen2Attention).
+  if (qwen_windows && window > 0 && !r.has("layer_types")) {
+    int first = r.integer_or("max_window_layers", 28);
+    for (int i = 0; i < static_cast<int>(c.layer_window.size()); ++i) c.layer_window[i] = i >= first ? window : 0;
+  }
   // transformers >= 5 nests theta and scaling in rope_parameters; older configs use
   // rope_theta plus rope_scaling.
   const char* scaling_key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
@@ -125,8 +140,13 @@ ModelConfig gpt2(const Reader& r) {
   c.bos_id = r.integer_or("bos_token_id", 50256);
   c.eos_id = r.integer_or("eos_token_id", 50256);
   c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
-  if (r.boolean_or("scale_attn_by_inverse_layer_idx", false) || r.boolean_or("reorder_and_upcast_attn", false))
-    fail(r.label, ": GPT-2 attention variants (scale_attn_by_inverse_layer_idx) are not supported");
+  c.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
+  // scale_attn_weights=false drops the 1/sqrt(d); the inverse-layer scale divides layer i by i+1.
+  // reorder_and_upcast_attn changes only the precision HF computes in, not the math: accepted.
+  if (!r.boolean_or("scale_attn_weights", true)) c.attn_scale = 1.0f;
+  c.attn_scale_by_layer = r.boolean_or("scale_attn_by_inverse_layer_idx", false);
+  r.boolean_or("reorder_and_upcast_attn", false);
+  c.qkv_bias = c.o_bias = c.mlp_bias = 1;
   return c;
 }
 
@@ -148,6 +168,9 @@ ModelConfig gpt_neo(const Reader& r) {
   check_activation(r, "activation_function", "gelu_new", "gelu_pytorch_tanh");
   c.learned_positions = true;
   c.attn_scale = 1.0f;  // GPT-Neo does not scale attention scores by 1/sqrt(d)
+  c.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
+  c.qkv_bias = 0;
+  c.o_bias = c.mlp_bias = 1;
   c.bos_id = r.integer_or("bos_token_id", 50256);
   c.eos_id = r.integer_or("eos_token_id", 50256);
   int window = r.integer("window_size");
@@ -172,15 +195,58 @@ ModelConfig gpt_neo(const Reader& r) {
   return c;
 }
 
+
+// Keys some HF families use to change the arithmetic in ways kvlm does not implement. Present at
+// a value other than the neutral one, they are refused by name rather than silently ignored.
+void refuse_unsupported_keys(const Reader& r) {
+  static const struct {
+    const char* key;
+    double neutral;  // NaN: only null/absent is neutral
+  } keys[] = {
+      {"partial_rotary_factor", 1.0}, {"rotary_pct", 1.0}, {"attn_logit_softcapping", NAN},
+      {"final_logit_softcapping", NAN}, {"logit_scale", NAN}, {"logits_scaling", 1.0},
+      {"embedding_multiplier", 1.0}, {"residual_multiplier", 1.0}, {"attention_multiplier", NAN},
+      {"query_pre_attn_scalar", NAN}, {"num_local_experts", 0.0}, {"num_experts", 0.0},
+      {"n_routed_experts", 0.0}, {"use_qk_norm", 0.0}, {"qk_layernorm", 0.0}, {"alibi", 0.0},
+      {"use_parallel_residual", 0.0}, {"parallel_attn", 0.0}, {"scale_embedding", 0.0},
+      {"use_mla", 0.0}, {"kv_lora_rank", NAN}, {"q_lora_rank", NAN}, {"attention_sink", 0.0}};
+  for (const auto& k : keys) {
+    if (!r.has(k.key)) continue;
+    const json& v = r.j[k.key];
+    bool neutral = !std::isnan(k.neutral) && ((v.is_number() && v.get<double>() == k.neutral) ||
+                                              (v.is_boolean() && static_cast<double>(v.get<bool>()) == k.neutral));
+    if (!neutral)
+      fail(r.label, ": config key '", k.key, "' = ", v.dump(), " changes the model's arithmetic and is not supported");
+  }
+}
+
+// The HF class each supported model_type loads as; any other class name is refused by name.
+void check_architectures(const Reader& r, const std::string& type) {
+  static const std::pair<const char*, const char*> classes[] = {
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
+      {"gpt2", "GPT2LMHeadModel"}, {"gpt_neo", "GPTNeoForCausalLM"}};
+  if (!r.has("architectures")) return;
+  const json& a = r.j["architectures"];
+  if (!a.is_array()) fail(r.label, ": 'architectures' must be a list of class names");
+  for (const json& name : a) {
+    std::string n = name.is_string() ? name.get<std::string>() : name.dump();
+    bool ok = false;
+    for (const auto& [t, cls] : classes) ok = ok || (t == type && n == cls);
+    if (!ok)
+      fail(r.label, ": architecture '", n, "' is not supported for model_type '", type,
+           "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel, GPTNeoForCausalLM)");
+  }
+}
+
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& text, const std::string& label) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) fail(label, ": not valid JSON");
+  json j = parse_json_strict(text, label);
   if (!j.is_object()) fail(label, ": expected a JSON object");
   Reader r{j, label};
   std::string type = r.string_or("model_type", "");
   if (type.empty()) fail(label, ": missing config key 'model_type'");
+  refuse_unsupported_keys(r);
   ModelConfig c;
   if (type == "llama" || type == "mistral" || type == "qwen2")
     c = llama_family(r, type);
@@ -190,6 +256,7 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& label) {
     c = gpt_neo(r);
   else
     fail(label, ": unsupported model_type '", type, "' (supported: llama, mistral, qwen2, gpt2, gpt_neo)");
+  check_architectures(r, type);
   if (c.attn_scale == 0.0f && c.head_dim > 0) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.validate(label);
   return c;

@@ -81,6 +81,48 @@ void Model::init_rope() {
   }
 }
 
+void Model::check_shapes(const std::string& source) const {
+  const ModelConfig& c = cfg;
+  auto need = [&](size_t got, size_t want, const std::string& what) {
+    if (got != want) fail(source, ": ", what, " has ", got, " values, the config needs ", want);
+  };
+  auto lin = [&](const Linear& l, int out, int in, const std::string& what) {
+    if (l.out != out || l.in != in)
+      fail(source, ": ", what, " is [", l.out, ", ", l.in, "], the config needs [", out, ", ", in, "]");
+    if (!l.b.empty()) need(l.b.size(), static_cast<size_t>(out), what + " bias");
+    if (l.fmt == WeightFormat::F32) need(l.w.size(), static_cast<size_t>(out) * in, what);
+  };
+  const size_t dim = c.dim;
+  need(tok_emb.size(), static_cast<size_t>(c.vocab_size) * dim, "token embedding");
+  if (c.learned_positions) need(pos_emb.size(), static_cast<size_t>(c.max_seq_len) * dim, "position embedding");
+  need(final_norm.size(), dim, "final norm");
+  if (c.norm == NormKind::LayerNorm) need(final_norm_bias.size(), dim, "final norm bias");
+  if (!c.tied_embeddings) lin(lm_head, c.vocab_size, c.dim, "lm_head");
+  need(layers.size(), static_cast<size_t>(c.n_layers), "layer list");
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerWeights& L = layers[i];
+    const std::string p = "layer " + std::to_string(i) + " ";
+    need(L.attn_norm.size(), dim, p + "attention norm");
+    need(L.mlp_norm.size(), dim, p + "MLP norm");
+    if (c.norm == NormKind::LayerNorm) {
+      need(L.attn_norm_bias.size(), dim, p + "attention norm bias");
+      need(L.mlp_norm_bias.size(), dim, p + "MLP norm bias");
+    }
+    lin(L.wq, c.q_dim(), c.dim, p + "q projection");
+    lin(L.wk, c.kv_dim(), c.dim, p + "k projection");
+    lin(L.wv, c.kv_dim(), c.dim, p + "v projection");
+    lin(L.wo, c.dim, c.q_dim(), p + "output projection");
+    if (c.mlp == MlpKind::SwiGLU) lin(L.w_gate, c.hidden_dim, c.dim, p + "gate projection");
+    lin(L.w_up, c.hidden_dim, c.dim, p + "up projection");
+    lin(L.w_down, c.dim, c.hidden_dim, p + "down projection");
+  }
+  if (c.rope != RopeKind::None) {
+    need(rope_inv_freq.size(), static_cast<size_t>(c.head_dim / 2), "RoPE frequency table");
+    for (float f : rope_inv_freq)
+      if (!std::isfinite(f) || !(f > 0)) fail(source, ": RoPE frequencies are not finite positive numbers");
+  }
+}
+
 namespace {
 
 // model.safetensors, or the shards named by model.safetensors.index.json.
@@ -114,13 +156,19 @@ std::unique_ptr<Model> load_hf(const fs::path& dir) {
   read_hf_weights(dir, src);
   for (const char* probe : {"model.layers.0.self_attn.q_proj.weight", "transformer.h.0.attn.c_attn.weight",
                             "h.0.attn.c_attn.weight", "transformer.h.0.attn.attention.q_proj.weight"})
-    if (src.has(probe) && src.get(probe).dtype != DType::F32) m->stored_format = WeightFormat::BF16;
-  if (m->cfg.arch == "gpt2")
+    if (src.has(probe))  // half precision stays in its own type: f16 is never narrowed to bf16
+      m->stored_format = src.get(probe).dtype == DType::F16    ? WeightFormat::F16
+                         : src.get(probe).dtype == DType::BF16 ? WeightFormat::BF16
+                                                               : WeightFormat::F32;
+  const std::string& arch = m->cfg.arch;
+  if (arch == "gpt2")
     bind_gpt2(src, *m);
-  else if (m->cfg.arch == "gpt_neo")
+  else if (arch == "gpt_neo")
     bind_gpt_neo(src, *m);
-  else
+  else if (arch == "llama" || arch == "mistral" || arch == "qwen2")
     bind_llama(src, *m);
+  else
+    fail(dir.string(), ": no weight binding for architecture '", arch, "'");
   m->init_rope();
   return m;
 }
@@ -209,6 +257,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& we
   } else {
     m = load_llama2c(path);
   }
+  m->check_shapes(path);
   WeightFormat f = weights.empty() ? m->stored_format : parse_weight_format(weights);
   if (f != WeightFormat::F32) m->convert_weights(f);
   return m;

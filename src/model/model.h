@@ -37,6 +37,9 @@ struct Model {
   void rotate(float* head, int pos) const;
   // The same for n_heads consecutive head vectors of one position (angles computed once).
   void rotate_heads(float* heads, int n_heads, int pos) const;
+  // Checks every weight's shape against cfg (throws naming the tensor): run before any forward,
+  // so a file whose shapes disagree with its config is an error, never an out-of-bounds access.
+  void check_shapes(const std::string& source) const;
   // Re-encodes every matrix (and the LM head, untied for the purpose) as `f`. Matrices whose
   // rows are not a multiple of 32 stay f32; returns how many did.
   int convert_weights(WeightFormat f);

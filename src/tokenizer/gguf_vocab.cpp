@@ -52,7 +52,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
     auto sp = SentencePieceBpe::from_scores(std::move(tokens), std::move(scores), mergeable);
     sp->unk_id = std::max(0, optional_id(g, "tokenizer.ggml.unknown_token_id", vocab));
     if (g.has("tokenizer.ggml.add_space_prefix"))
-      sp->dummy_prefix = std::get<bool>(g.get("tokenizer.ggml.add_space_prefix").scalar);
+      sp->dummy_prefix = g.get("tokenizer.ggml.add_space_prefix").as_bool("tokenizer.ggml.add_space_prefix");
     tok = std::move(sp);
     tok->add_bos = true;
   } else if (model == "gpt2") {
@@ -76,8 +76,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
   }
   tok->bos_id = optional_id(g, "tokenizer.ggml.bos_token_id", vocab);
   tok->eos_id = optional_id(g, "tokenizer.ggml.eos_token_id", vocab);
-  if (g.has("tokenizer.ggml.add_bos_token") && g.get("tokenizer.ggml.add_bos_token").type == GgufType::BOOL)
-    tok->add_bos = std::get<bool>(g.get("tokenizer.ggml.add_bos_token").scalar);
+  if (g.has("tokenizer.ggml.add_bos_token"))
+    tok->add_bos = g.get("tokenizer.ggml.add_bos_token").as_bool("tokenizer.ggml.add_bos_token");
   if (g.has("tokenizer.chat_template")) tok->chat_template = g.get("tokenizer.chat_template").as_string("chat_template");
   return tok;
 }
