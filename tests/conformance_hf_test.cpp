@@ -104,7 +104,10 @@ TEST(Windows, LocalLayersKeepOnlyTheWindow) {
   ContiguousKvCache c(neo->cfg, 100);
   EXPECT_EQ(c.layer_slots(0), 100);
   EXPECT_EQ(c.layer_slots(1), 8);
+  EXPECT_EQ(c.bytes_allocated(), 0u);  // nothing is held before a position arrives
+  c.prepare(0, 100);
   EXPECT_EQ(c.bytes_allocated(), 2u * (100 + 8) * neo->cfg.kv_dim() * sizeof(float));
+  EXPECT_EQ(c.bytes_for(100), c.bytes_allocated());
   auto mistral = load_model(test::fixtures_dir() + "/mistral_tiny");
   EXPECT_EQ(mistral->cfg.layer_window, (std::vector<int>{8, 8}));
 }

@@ -135,14 +135,15 @@ TEST(KvQuant, Int8GreedyGoldenAndPerplexity) {
 TEST(KvQuant, SlidingWindowMemoryIsConstantPastTheWindow) {
   auto m = load_model(test::fixtures_dir() + "/mistral_tiny");  // every layer slides a window of 8
   ContiguousKvCache kv(m->cfg, 120);
-  size_t at_start = kv.bytes_allocated();
+  EXPECT_EQ(kv.bytes_allocated(), 0u);  // grows with the sequence, up to the window
   std::vector<float> logits;
+  const size_t window_bytes = 2u * m->cfg.n_layers * 8 * m->cfg.kv_dim() * sizeof(float);
   for (int t = 0; t < 100; ++t) {
     int tok = (t * 13) % 256;
     forward(*m, kv, &tok, 1, LogitsFor::Last, logits);
-    ASSERT_EQ(kv.bytes_allocated(), at_start);
+    ASSERT_LE(kv.bytes_allocated(), window_bytes);
+    if (t >= 8) ASSERT_EQ(kv.bytes_allocated(), window_bytes);
   }
-  EXPECT_EQ(at_start, 2u * m->cfg.n_layers * 8 * m->cfg.kv_dim() * sizeof(float));
 }
 
 TEST(KvQuant, BadKvDtypesAreErrors) {

@@ -156,7 +156,6 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
   for (const std::string& name : a.kv_dtypes) {
     KvDtype dt = parse_kv_dtype(name);
     for (int ctx : a.decode_at) {
-      if (ctx + a.decode_steps + 1 > c.max_seq_len && c.learned_positions) continue;
       ContiguousKvCache cache(c, ctx + a.decode_steps + 1, dt, a.kv_residual);
       std::vector<float> k(static_cast<size_t>(c.kv_dim())), v(k.size());
       for (int p = 0; p < ctx; ++p)
@@ -183,10 +182,25 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
   return rows;
 }
 
+// Everything a run could trip on is checked before the first (slow) measurement.
+void check_before_runs(const BenchArgs& a, const ModelConfig& c) {
+  parse_kv_dtype(a.kv_dtype);
+  for (const std::string& t : a.kv_dtypes) parse_kv_dtype(t);
+  for (int ctx : a.decode_at)
+    if (ctx + a.decode_steps + 1 > c.max_seq_len && c.learned_positions)
+      fail("--decode-at ", ctx, " + ", a.decode_steps + 1, " steps exceed the context of ", c.max_seq_len,
+           " of a model with learned positions");
+  if (a.sweep) {
+    std::ofstream f(a.sweep_out, std::ios::app);
+    if (!f) fail(a.sweep_out, ": cannot write the sweep plot there");
+  }
+}
+
 int run_bench(const BenchArgs& a) {
   std::string name;
   std::unique_ptr<Model> m = model_or_preset(a.model, a.preset, a.weights, a.seed, name);
   const ModelConfig& c = m->cfg;
+  check_before_runs(a, c);
   if (!a.decode_at.empty()) {  // the KV-type table alone
     json t = kv_type_table(*m, a);
     if (a.json) {
@@ -234,16 +248,16 @@ int run_bench(const BenchArgs& a) {
     }
   }
   // KV memory: the formula, and what the cache actually allocates for the full context.
-  ContiguousKvCache probe(c, c.max_seq_len);
+  ContiguousKvCache probe(c, c.max_seq_len);  // sizes only: nothing is allocated for the full context
   int global_layers = 0;
   for (int w : c.layer_window) global_layers += w == 0 || w >= c.max_seq_len;
   size_t used_tokens = prompt.size() + longest;
   j["kv"] = {{"bytes_per_token_formula", c.kv_bytes_per_token(4)},
              {"formula", "2 x " + std::to_string(c.n_layers) + " layers x " + std::to_string(c.n_kv_heads) +
                              " kv_heads x " + std::to_string(c.head_dim) + " head_dim x 4 bytes"},
-             {"allocated_bytes", probe.bytes_allocated()},
+             {"allocated_bytes", probe.bytes_for(c.max_seq_len)},
              {"allocated_for_positions", c.max_seq_len},
-             {"allocated_bytes_per_position", static_cast<double>(probe.bytes_allocated()) / c.max_seq_len},
+             {"allocated_bytes_per_position", static_cast<double>(probe.bytes_for(c.max_seq_len)) / c.max_seq_len},
              {"global_layers", global_layers},
              {"windowed_layers", c.n_layers - global_layers},
              {"bytes_in_use_at_longest_run", [&] {

@@ -138,9 +138,17 @@ json waste(const Model& m, const ServingArgs& a) {
 int run_serving(const ServingArgs& a) {
   std::string name;
   std::unique_ptr<Model> m = model_or_preset(a.model, a.preset, a.weights, a.seed, name);
+  // Every cell is checked against the context before any run: no NaN rows, no silent skips.
+  const int ctx = m->cfg.max_seq_len;
+  if (a.prompt_tokens + a.new_tokens > ctx)
+    fail("--prompt-tokens ", a.prompt_tokens, " + --new-tokens ", a.new_tokens, " exceed the model's context of ", ctx);
+  if (a.prefix_tokens > 0 && a.prefix_tokens + 17 > ctx)
+    fail("--prefix-tokens ", a.prefix_tokens, " + 17 exceed the model's context of ", ctx, " (0 skips the prefix test)");
+  if (a.waste_requests > 0 && a.waste_max_prompt >= ctx)
+    fail("--waste-max-prompt ", a.waste_max_prompt, " must be below the model's context of ", ctx);
   json j{{"model", name}, {"threads", ThreadPool::global().size()}, {"block_size", a.block_size}, {"runs", a.runs}};
   j["concurrency"] = concurrency_sweep(*m, a);
-  if (a.prefix_tokens > 0 && a.prefix_tokens + 17 <= m->cfg.max_seq_len) j["prefix_ttft"] = prefix_ttft(*m, a);
+  if (a.prefix_tokens > 0) j["prefix_ttft"] = prefix_ttft(*m, a);
   if (a.waste_requests > 0) j["waste"] = waste(*m, a);
   if (a.json) {
     std::puts(j.dump(1).c_str());

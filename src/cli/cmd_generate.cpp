@@ -28,7 +28,16 @@ struct GenerateArgs {
 struct Sample {
   std::vector<int> ids;
   std::string text;
+  FinishReason finish;
 };
+
+// Why a sequence ended: EOS ("stop"), or a length limit, the token budget or the context.
+FinishReason finish_reason(const ModelConfig& c, const GenerateOptions& opt, const std::vector<int>& gen, int total,
+                           int context) {
+  if (!gen.empty() && opt.stop_at_eos && (gen.back() == c.eos_id || gen.back() == c.bos_id)) return FinishReason::Eos;
+  if (static_cast<int>(gen.size()) >= opt.max_new_tokens) return FinishReason::MaxTokens;
+  return total >= context ? FinishReason::Context : FinishReason::MaxTokens;
+}
 
 struct Outcome {
   std::vector<Sample> samples;
@@ -54,6 +63,7 @@ Outcome run_single(const Model& m, const Tokenizer& tok, const std::vector<int>&
     }
   });
   s.ids = r.generated;
+  s.finish = r.finish;
   o.samples.push_back(s);
   o.ttft_ms = r.ttft_ms;
   o.tpot_ms = r.tpot_ms();
@@ -66,7 +76,7 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
                   const GenerateOptions& opt) {
   EngineOptions eo;
   eo.block_size = a.block_size;
-  eo.context = opt.context;
+  eo.context = opt.context > 0 ? opt.context : m.cfg.max_seq_len;
   int ctx = a.ctx > 0 ? a.ctx : m.cfg.max_seq_len;
   int per_seq = (std::min<int>(ctx, static_cast<int>(prompt.size()) + a.max_new_tokens) + a.block_size - 1) / a.block_size;
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : per_seq * a.parallel;
@@ -93,12 +103,12 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
     if (!forked) {
       o.ttft_ms = e.seq(root).ttft_ms;
       forked = true;
-      if (e.seq(root).state == SeqState::Running)
+      if (e.seq(root).state != SeqState::Failed && e.seq(root).generated() == 1)
         for (int k = 1; k < a.parallel; ++k) {
           int c = e.fork(root, a.seed + k);
           ids.push_back(c);
           prev[c] = prompt.back();
-          events.push_back({c, e.seq(c).tokens.back(), false});
+          events.push_back({c, e.seq(c).tokens.back(), e.seq(c).done()});
         }
     } else {
       step_ms.push_back(ms);
@@ -125,7 +135,8 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
   }
   for (int id : ids) {
     const Sequence& s = e.seq(id);
-    o.samples.push_back({std::vector<int>(s.tokens.begin() + s.prompt_len, s.tokens.end()), text[id]});
+    std::vector<int> gen(s.tokens.begin() + s.prompt_len, s.tokens.end());
+    o.samples.push_back({gen, text[id], finish_reason(m.cfg, opt, gen, static_cast<int>(s.tokens.size()), eo.context)});
   }
   double sum = 0;
   for (double ms : step_ms) sum += ms;
@@ -153,7 +164,7 @@ int run_generate(const GenerateArgs& a) {
   if (prompt.empty()) fail("prompt is empty and the tokenizer adds no BOS: give a prompt");
   GenerateOptions opt;
   opt.max_new_tokens = a.max_new_tokens;
-  opt.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
+  opt.sampling = {a.temperature, a.top_k, a.top_p, a.seed, tok->vocab_size()};
   opt.use_kv_cache = !a.no_kv_cache;
   opt.stop_at_eos = !a.ignore_eos;
   opt.context = a.ctx;
@@ -176,9 +187,13 @@ int run_generate(const GenerateArgs& a) {
     j["prompt_ids"] = prompt;
     j["generated_ids"] = o.samples[0].ids;
     j["text"] = o.samples[0].text;
+    j["finish_reason"] = finish_reason_name(o.samples[0].finish);
+    j["stopped_by"] = stopped_by_name(o.samples[0].finish);
     if (a.parallel > 1) {
       j["samples"] = nlohmann::json::array();
-      for (const Sample& s : o.samples) j["samples"].push_back({{"generated_ids", s.ids}, {"text", s.text}});
+      for (const Sample& s : o.samples)
+        j["samples"].push_back({{"generated_ids", s.ids}, {"text", s.text}, {"finish_reason", finish_reason_name(s.finish)},
+                                {"stopped_by", stopped_by_name(s.finish)}});
     }
     j["ttft_ms"] = o.ttft_ms;
     j["tpot_ms"] = o.tpot_ms;
@@ -200,6 +215,12 @@ int run_generate(const GenerateArgs& a) {
                "%zu bytes\n",
                prompt.size(), generated, o.ttft_ms, o.tpot_ms, tps, mode, o.kv_bytes);
   if (a.kv_stats) std::fputs(o.ledger_text.c_str(), stderr);
+  for (const Sample& s : o.samples)
+    if (s.finish == FinishReason::Context) {  // never a silent cut
+      std::fprintf(stderr, "[kvlm] stopped at the context limit of %d tokens (finish_reason: length)\n",
+                   a.ctx > 0 ? a.ctx : model->cfg.max_seq_len);
+      break;
+    }
   return 0;
 }
 

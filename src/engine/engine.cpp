@@ -44,6 +44,12 @@ int Engine::add(SeqParams p) {
   } else if (static_cast<int>(ref.tokens.size()) > opt_.context) {
     finish(ref, SeqState::Failed, "prompt of " + std::to_string(ref.tokens.size()) + " tokens is longer than the context of " +
                                       std::to_string(opt_.context) + " tokens");
+  } else if (auto bad = std::find_if(ref.tokens.begin(), ref.tokens.end(),
+                                     [&](int t) { return t < 0 || t >= model_.cfg.vocab_size; });
+             bad != ref.tokens.end()) {
+    // Checked here, before any step: an id past the embedding would fail the whole batch's forward.
+    finish(ref, SeqState::Failed, "prompt token id " + std::to_string(*bad) + " is outside the vocabulary of " +
+                                      std::to_string(model_.cfg.vocab_size));
   } else if (ref.params.max_new_tokens <= 0) {
     finish(ref, SeqState::Finished);
   } else {
@@ -55,7 +61,10 @@ int Engine::add(SeqParams p) {
 
 int Engine::fork(int id, uint64_t seed) {
   Sequence& p = *seqs_.at(id);
-  if (p.state != SeqState::Running || p.last_logits.empty() || p.generated() == 0)
+  // A sequence that finished on its first token (max_new_tokens 1, or EOS) can still be forked:
+  // the fork re-samples that token and, if it must go on, is recomputed over the cached prefix.
+  const bool finished_first = p.state == SeqState::Finished && p.generated() == 1;
+  if ((p.state != SeqState::Running && !finished_first) || p.last_logits.empty() || p.generated() == 0)
     fail("fork needs a running sequence that has produced a token");
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
@@ -64,15 +73,28 @@ int Engine::fork(int id, uint64_t seed) {
   s->sampler = std::make_unique<Sampler>(s->params.sampling);
   s->tokens = p.tokens;
   s->prompt_len = p.prompt_len;
-  s->state = SeqState::Running;
-  s->cache = p.cache->fork();
   s->last_logits = p.last_logits;
   s->ttft_ms = p.ttft_ms;
   s->added_at_ms = p.added_at_ms;
   s->tokens.back() = s->sampler->sample(s->last_logits.data(), model_.cfg.vocab_size);
   int nid = s->id;
+  Sequence& ref = *s;
   seqs_[nid] = std::move(s);
-  running_.push_back(nid);
+  if (!finished_first) {
+    ref.state = SeqState::Running;
+    ref.cache = p.cache->fork();
+    running_.push_back(nid);
+    return nid;
+  }
+  const int tok = ref.tokens.back();
+  const bool stop = ref.generated() >= ref.params.max_new_tokens || static_cast<int>(ref.tokens.size()) >= opt_.context ||
+                    (ref.params.stop_at_eos && (tok == model_.cfg.eos_id || tok == model_.cfg.bos_id));
+  if (stop) {
+    ref.state = SeqState::Finished;
+  } else {
+    ref.state = SeqState::Waiting;
+    waiting_.push_back(nid);
+  }
   return nid;
 }
 
@@ -195,7 +217,14 @@ std::vector<StepEvent> Engine::step() {
     Sequence& s = *batch[i];
     s.cache->publish_full_blocks(s.tokens);
     s.last_logits.assign(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
-    int tok = s.sampler->sample(s.last_logits.data(), vocab);
+    int tok;
+    try {
+      tok = s.sampler->sample(s.last_logits.data(), vocab);
+    } catch (const KvlmError& e) {  // this sequence fails; the others in the batch go on
+      finish(s, SeqState::Failed, e.what());
+      events.push_back({s.id, -1, true});
+      continue;
+    }
     s.tokens.push_back(tok);
     ++stats_.generated_tokens;
     if (s.ttft_ms < 0) s.ttft_ms = t - s.added_at_ms;

@@ -10,9 +10,22 @@
 
 namespace kvlm {
 
+const char* finish_reason_name(FinishReason r) { return r == FinishReason::Eos ? "stop" : "length"; }
+
+const char* stopped_by_name(FinishReason r) {
+  return r == FinishReason::Eos ? "eos" : r == FinishReason::Context ? "context" : "max_new_tokens";
+}
+
 double GenerateResult::tpot_ms() const {
   return step_ms.empty() ? 0.0 : std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / step_ms.size();
 }
+
+namespace {
+GenerateResult& finish_run(GenerateResult& r, const KvCache& cache, const GenerateOptions& opt) {
+  r.kv_cache_bytes = opt.use_kv_cache ? cache.bytes_allocated() : 0;
+  return r;
+}
+}  // namespace
 
 GenerateResult generate(const Model& m, const std::vector<int>& prompt, const GenerateOptions& opt,
                         const std::function<void(int)>& on_token) {
@@ -37,9 +50,8 @@ GenerateResult generate(const Model& m, const std::vector<int>& prompt, const Ge
   if (sinks && opt.use_kv_cache)
     owned = std::make_unique<SinkKvCache>(m, opt.sink_tokens, opt.window);
   else
-    owned = std::make_unique<ContiguousKvCache>(c, opt.use_kv_cache ? ctx : 1, opt.kv_dtype, opt.kv_residual);
-  KvCache& cache = *owned;
-  r.kv_cache_bytes = opt.use_kv_cache ? cache.bytes_allocated() : 0;
+    owned = std::make_unique<ContiguousKvCache>(c, opt.use_kv_cache ? total : 1, opt.kv_dtype, opt.kv_residual);
+  KvCache& cache = *owned;  // grows as positions arrive: sized by need, not by the context limit
   auto t0 = clock::now();
   while (static_cast<int>(seq.size()) < total) {
     auto ts = clock::now();
@@ -61,9 +73,13 @@ GenerateResult generate(const Model& m, const std::vector<int>& prompt, const Ge
     seq.push_back(next);
     r.generated.push_back(next);
     if (on_token) on_token(next);
-    if (opt.stop_at_eos && (next == c.eos_id || next == c.bos_id)) break;
+    if (opt.stop_at_eos && (next == c.eos_id || next == c.bos_id)) {
+      r.finish = FinishReason::Eos;
+      return finish_run(r, cache, opt);
+    }
   }
-  return r;
+  r.finish = static_cast<int>(r.generated.size()) >= opt.max_new_tokens ? FinishReason::MaxTokens : FinishReason::Context;
+  return finish_run(r, cache, opt);
 }
 
 }  // namespace kvlm

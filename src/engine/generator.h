@@ -22,11 +22,17 @@ struct GenerateOptions {
   int window = 0;
 };
 
+// Why generation ended. OpenAI's finish_reason is "stop" for Eos and "length" for the other two.
+enum class FinishReason { Eos, MaxTokens, Context };
+const char* finish_reason_name(FinishReason r);  // "stop" | "length"
+const char* stopped_by_name(FinishReason r);     // "eos" | "max_new_tokens" | "context"
+
 struct GenerateResult {
   std::vector<int> generated;
   double ttft_ms = 0;            // prompt in -> first token out
   std::vector<double> step_ms;   // each later token
   size_t kv_cache_bytes = 0;     // held by the cache for the run (0 with the cache off)
+  FinishReason finish = FinishReason::MaxTokens;
   double tpot_ms() const;        // mean of step_ms
 };
 

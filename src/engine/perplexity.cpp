@@ -52,8 +52,8 @@ KvQualityResult kv_quality(const Model& m, const std::vector<int>& ids, int wind
     int len = static_cast<int>(std::min<size_t>(window, ids.size() - start));
     if (len < 2) break;
     ContiguousKvCache cf(m.cfg, len), cq(m.cfg, len, dtype, residual);
-    r.kv_bytes_f32 = cf.bytes_allocated();
-    r.kv_bytes = cq.bytes_allocated();
+    r.kv_bytes_f32 = cf.bytes_for(len);  // what each holds for the whole window
+    r.kv_bytes = cq.bytes_for(len);
     double nf = 0, nq = 0;
     for (int t = 0; t + 1 < len; ++t) {
       const int tok = ids[start + t], next = ids[start + t + 1];

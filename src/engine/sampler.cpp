@@ -11,9 +11,20 @@ Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) fail("temperature must be >= 0, got ", p.temperature);
   if (p.top_k < 0) fail("top-k must be >= 0, got ", p.top_k);
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("top-p must be in (0, 1], got ", p.top_p);
+  if (p.vocab_limit < 0) fail("vocabulary limit must be >= 0, got ", p.vocab_limit);
 }
 
+namespace {
+void check_finite(const float* logits, int vocab) {
+  for (int i = 0; i < vocab; ++i)
+    if (!std::isfinite(logits[i]))
+      fail("the model produced a non-finite logit (", logits[i], " for token ", i,
+           "); its weights or config (RoPE, norms) are broken");
+}
+}  // namespace
+
 int Sampler::argmax(const float* logits, int vocab) {
+  check_finite(logits, vocab);
   int best = 0;
   for (int i = 1; i < vocab; ++i)
     if (logits[i] > logits[best]) best = i;
@@ -21,6 +32,8 @@ int Sampler::argmax(const float* logits, int vocab) {
 }
 
 int Sampler::sample(const float* logits, int vocab) {
+  check_finite(logits, vocab);
+  if (p_.vocab_limit > 0) vocab = std::min(vocab, p_.vocab_limit);
   if (p_.temperature == 0.0f) return argmax(logits, vocab);
   cand_.resize(vocab);
   for (int i = 0; i < vocab; ++i) cand_[i] = {logits[i] / p_.temperature, i};

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace kvlm {
 
@@ -35,8 +36,8 @@ void parse_safetensors(const uint8_t* data, size_t size, const std::string& labe
   if (header_len > size - 8)
     fail(label, ": header length ", header_len, " runs past the end of the file (", size, " bytes)");
   const char* hdr = reinterpret_cast<const char*>(data + 8);
-  nlohmann::json j = nlohmann::json::parse(hdr, hdr + header_len, nullptr, false);
-  if (j.is_discarded()) fail(label, ": header is not valid JSON");
+  // Strict: a tensor named twice is an error (a plain parse keeps the last one silently).
+  nlohmann::json j = parse_json_strict(hdr, hdr + header_len, label + " header");
   if (!j.is_object()) fail(label, ": header is not a JSON object");
 
   const uint8_t* body = data + 8 + header_len;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/memory.h"
 
 namespace kvlm {
 
@@ -16,18 +17,45 @@ ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int max_len, KvDtyp
   residual_ = quantized ? std::min(residual, max_len) : 0;
   for (int l = 0; l < cfg.n_layers; ++l) {
     int w = cfg.layer_window[l];
-    int slots = (w > 0 && w < max_len) ? w : max_len;
-    slots_.push_back(slots);
-    size_t f32_rows = quantized ? residual_ : slots;
-    k_.emplace_back(f32_rows * kv_dim_);
-    v_.emplace_back(f32_rows * kv_dim_);
+    slots_.push_back((w > 0 && w < max_len) ? w : max_len);
+  }
+  k_.resize(cfg.n_layers);
+  v_.resize(cfg.n_layers);
+  if (quantized) {
+    kq_.resize(cfg.n_layers);
+    vq_.resize(cfg.n_layers);
+    kp_.resize(cfg.n_layers);
+    vp_.resize(cfg.n_layers);
+  }
+}
+
+void ContiguousKvCache::grow(int positions) {
+  if (positions <= rows_) return;
+  // Geometric growth up to the limit: memory follows the sequence, never the --ctx ceiling.
+  // A ring has not wrapped while positions <= its slots, so growing it keeps every slot in place.
+  const int rows = std::min(max_len_, std::max(positions, std::max(64, 2 * rows_)));
+  const bool quantized = codec_.dtype != KvDtype::F32;
+  size_t add = 0;
+  for (size_t l = 0; l < slots_.size(); ++l) {
+    size_t slots = static_cast<size_t>(std::min(rows, slots_[l]));
+    size_t f32_rows = quantized ? std::min<size_t>(residual_, rows) : slots;
+    add += 2 * (f32_rows * kv_dim_ * sizeof(float) - std::min(f32_rows * kv_dim_ * sizeof(float), k_[l].size() * sizeof(float)));
+    if (quantized) add += 2 * slots * (codec_.data_bytes() + codec_.n_params() * sizeof(float));
+  }
+  if (add > (size_t{64} << 20)) check_memory_for(add, "the KV cache for " + std::to_string(rows) + " positions");
+  for (size_t l = 0; l < slots_.size(); ++l) {
+    size_t slots = static_cast<size_t>(std::min(rows, slots_[l]));
+    size_t f32_rows = quantized ? std::min<size_t>(residual_, rows) : slots;
+    k_[l].resize(f32_rows * kv_dim_);
+    v_[l].resize(f32_rows * kv_dim_);
     if (quantized) {
-      kq_.emplace_back(static_cast<size_t>(slots) * codec_.data_bytes());
-      vq_.emplace_back(static_cast<size_t>(slots) * codec_.data_bytes());
-      kp_.emplace_back(static_cast<size_t>(slots) * codec_.n_params());
-      vp_.emplace_back(static_cast<size_t>(slots) * codec_.n_params());
+      kq_[l].resize(slots * codec_.data_bytes());
+      vq_[l].resize(slots * codec_.data_bytes());
+      kp_[l].resize(slots * codec_.n_params());
+      vp_[l].resize(slots * codec_.n_params());
     }
   }
+  rows_ = rows;
 }
 
 void ContiguousKvCache::encode_cold(int layer, int pos, const float* k, const float* v) {
@@ -59,10 +87,12 @@ KvRun ContiguousKvCache::run(int layer, int pos, int max_n) const {
 
 void ContiguousKvCache::prepare(int pos, int n) {
   if (pos < 0 || n < 0 || pos + n > max_len_) fail("KV cache overflow: position ", pos + n, " > capacity ", max_len_);
+  grow(pos + n);
 }
 
 void ContiguousKvCache::store(int layer, int pos, int n, const float* k, const float* v) {
   if (pos < 0 || pos + n > max_len_) fail("KV cache overflow: position ", pos + n, " > capacity ", max_len_);
+  grow(pos + n);  // normally done by prepare(); callers filling a cache directly rely on this
   if (codec_.dtype != KvDtype::F32) {
     for (int t = 0; t < n; ++t) {
       const int p = pos + t;
@@ -92,6 +122,18 @@ void ContiguousKvCache::store(int layer, int pos, int n, const float* k, const f
 void ContiguousKvCache::set_length(int n) {
   if (n < 0 || n > max_len_) fail("KV cache length ", n, " out of range [0, ", max_len_, "]");
   length_ = n;
+}
+
+size_t ContiguousKvCache::bytes_for(int positions) const {
+  const bool quantized = codec_.dtype != KvDtype::F32;
+  size_t b = 0;
+  for (int slots : slots_) {
+    size_t rows = static_cast<size_t>(std::min(positions, slots));
+    size_t f32_rows = quantized ? std::min<size_t>(residual_, positions) : rows;
+    b += 2 * f32_rows * kv_dim_ * sizeof(float);
+    if (quantized) b += 2 * rows * (codec_.data_bytes() + codec_.n_params() * sizeof(float));
+  }
+  return b;
 }
 
 size_t ContiguousKvCache::bytes_allocated() const {

@@ -56,7 +56,7 @@ class KvCache {
   virtual size_t bytes_allocated() const = 0;
 };
 
-// One contiguous buffer per layer, reserved up front for the maximum length.
+// One contiguous buffer per layer, grown geometrically as positions arrive (up to max_len).
 // A windowed layer (GPT-Neo local, Mistral) is a ring of W slots: it never needs more.
 // With a quantized dtype, the newest `residual` positions stay f32 in a ring of their own and
 // each position is encoded as it leaves that window (HF's quantized cache keeps 128 there).
@@ -77,13 +77,18 @@ class ContiguousKvCache : public KvCache {
   KvDtype dtype() const { return codec_.dtype; }
   void set_length(int n) override;
   size_t bytes_allocated() const override;
+  // Bytes this cache would hold once it stores `positions` positions (nothing is allocated).
+  size_t bytes_for(int positions) const;
   // Slots reserved for one layer (max_len, or its window).
   int layer_slots(int layer) const { return slots_[layer]; }
 
  private:
   size_t slot(int layer, int pos) const { return static_cast<size_t>(pos % slots_[layer]) * kv_dim_; }
 
+  void grow(int positions);  // makes rows for positions [0, positions) of every layer
+
   int kv_dim_, max_len_, length_ = 0;
+  int rows_ = 0;                          // positions every layer has storage for (min'd with its ring)
   std::vector<int> slots_;               // [n_layers]
   std::vector<std::vector<float>> k_;    // [n_layers][slots][kv_dim] (f32), or [residual][kv_dim] hot ring
   std::vector<std::vector<float>> v_;    // likewise

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/read_file.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
@@ -133,8 +134,8 @@ void read_hf_weights(const fs::path& dir, TensorSource& src) {
     return;
   }
   if (!fs::exists(index)) fail(dir.string(), ": no model.safetensors or model.safetensors.index.json");
-  auto j = nlohmann::json::parse(read_file(index.string()), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+  auto j = parse_json_strict(read_file(index.string()), index.string());
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     fail(index.string(), ": expected an object with a 'weight_map'");
   std::set<std::string> shards;
   for (auto& [name, file] : j["weight_map"].items()) {

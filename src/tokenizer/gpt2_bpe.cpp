@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace kvlm {
 
@@ -134,19 +135,13 @@ void Gpt2Bpe::encode_chunk(const std::string& text, std::vector<int>& out) const
 
 std::vector<int> Gpt2Bpe::encode_ordinary(const std::string& text) const {
   std::vector<int> out;
-  // PCRE2 in UTF mode needs valid UTF-8; invalid bytes are encoded one by one.
+  // Invalid UTF-8 (by the strict definition in core/utf8.h: overlong forms, surrogates and code
+  // points past U+10FFFF included) never reaches PCRE2: each invalid byte becomes its own
+  // byte-level token, and the valid runs between go through the regex.
   size_t pos = 0;
   while (pos < text.size()) {
-    // Find the longest valid UTF-8 prefix from pos.
-    size_t i = pos;
-    while (i < text.size()) {
-      unsigned char c = static_cast<unsigned char>(text[i]);
-      size_t len = c < 0x80 ? 1 : (c >= 0xC2 && c < 0xE0) ? 2 : (c >= 0xE0 && c < 0xF0) ? 3 : (c >= 0xF0 && c < 0xF5) ? 4 : 0;
-      bool ok = len > 0 && i + len <= text.size();
-      for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-      if (!ok) break;
-      i += len;
-    }
+    size_t i = pos, len;
+    while (i < text.size() && (len = utf8_sequence_length(text, i)) > 0) i += len;
     if (i > pos) encode_chunk(text.substr(pos, i - pos), out);
     if (i < text.size()) out.push_back(byte_ids_[static_cast<unsigned char>(text[i++])]);
     pos = i;

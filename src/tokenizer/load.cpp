@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/read_file.h"
 #include "io/gguf.h"
 #include "tokenizer/gguf_vocab.h"
@@ -32,17 +33,27 @@ std::vector<int> Tokenizer::encode(const std::string& text) const {
 
 std::vector<int> Tokenizer::encode_with_specials(const std::string& text) const {
   // Split on the earliest (then longest) special string; encode the text between normally.
+  // Each special's next occurrence is cached and searched again only once the cursor has passed
+  // it, so the text is scanned O(specials) times in all, not once per match.
   std::vector<int> out;
+  std::vector<const std::pair<const std::string, int>*> sps;
+  for (auto& sp : specials)
+    if (!sp.first.empty()) sps.push_back(&sp);
+  std::vector<size_t> next(sps.size(), 0);
+  std::vector<bool> searched(sps.size(), false);
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t best = std::string::npos;
     const std::pair<const std::string, int>* hit = nullptr;
-    for (auto& sp : specials) {
-      if (sp.first.empty()) continue;
-      size_t f = text.find(sp.first, pos);
-      if (f != std::string::npos && (f < best || (f == best && sp.first.size() > hit->first.size()))) {
+    for (size_t i = 0; i < sps.size(); ++i) {
+      if (!searched[i] || (next[i] != std::string::npos && next[i] < pos)) {
+        next[i] = text.find(sps[i]->first, pos);
+        searched[i] = true;
+      }
+      size_t f = next[i];
+      if (f != std::string::npos && (f < best || (f == best && sps[i]->first.size() > hit->first.size()))) {
         best = f;
-        hit = &sp;
+        hit = sps[i];
       }
     }
     size_t end = hit ? best : text.size();
@@ -67,11 +78,7 @@ std::vector<int> Tokenizer::encode_prompt(const std::string& text) const {
 
 namespace {
 
-json parse_json(const std::string& path) {
-  json j = json::parse(read_file(path), nullptr, false);
-  if (j.is_discarded()) fail(path, ": not valid JSON");
-  return j;
-}
+json parse_json(const std::string& path) { return parse_json_strict(read_file(path), path); }
 
 std::unordered_map<std::string, int> vocab_map(const json& v, const std::string& label) {
   if (!v.is_object()) fail(label, ": vocabulary must be a JSON object of token -> id");
@@ -139,8 +146,7 @@ bool wants_dummy_prefix(const json& j, bool& split) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> tokenizer_from_json(const std::string& text, const std::string& path) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) fail(path, ": not valid JSON");
+  json j = parse_json_strict(text, path);  // bounded nesting: the walkers below recurse
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
     fail(path, ": missing 'model' object");
   const json& model = j["model"];
@@ -148,6 +154,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const std::string& text, const st
   if (!model.contains("vocab")) fail(path, ": missing model.vocab");
   auto vocab = vocab_map(model["vocab"], path);
   std::vector<std::pair<std::string, std::string>> merges;
+  if (model.contains("merges") && !model["merges"].is_array() && !model["merges"].is_null())
+    fail(path, ": model.merges must be a list of merges");
   if (model.contains("merges") && model["merges"].is_array())
     for (const json& m : model["merges"]) {
       if (m.is_string())

@@ -3,18 +3,12 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "core/read_file.h"
 
 namespace kvlm {
 
 namespace {
-// Length of the UTF-8 sequence starting with byte c (1 for invalid lead bytes).
-int utf8_len(unsigned char c) {
-  if (c >= 0xF0 && c < 0xF8) return 4;
-  if (c >= 0xE0) return c < 0xF0 ? 3 : 1;
-  if (c >= 0xC0) return 2;
-  return 1;
-}
 bool parse_byte_piece(const std::string& p, int& byte) {
   if (p.size() != 6 || p.compare(0, 3, "<0x") != 0 || p[5] != '>') return false;
   auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
@@ -52,10 +46,14 @@ std::unique_ptr<SentencePieceBpe> SentencePieceBpe::from_scores(std::vector<std:
                                                                  std::vector<float> scores,
                                                                  const std::vector<bool>& mergeable) {
   if (scores.size() != pieces.size()) fail("tokenizer has ", pieces.size(), " pieces but ", scores.size(), " scores");
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (pieces[i].size() > kMaxPieceBytes)
+      fail("tokenizer piece ", i, " is ", pieces[i].size(), " bytes long (the limit is ", kMaxPieceBytes, ")");
   auto t = std::make_unique<SentencePieceBpe>();
   t->pieces_ = std::move(pieces);
   t->index_pieces();
-  // Every split of a piece into two pieces is a merge, ranked by the whole piece's score.
+  // Every split of a piece into two pieces is a merge, ranked by the whole piece's score. Pieces
+  // are bounded above, so this is O(total bytes x kMaxPieceBytes) at worst, not quadratic in a piece.
   for (int id = 0; id < t->vocab_size(); ++id) {
     const std::string& p = t->pieces_[id];
     int dummy;
@@ -88,7 +86,8 @@ std::unique_ptr<SentencePieceBpe> SentencePieceBpe::from_merges(
 void SentencePieceBpe::encode_word(const std::string& text, std::vector<int>& out) const {
   std::vector<int> ids;
   for (size_t i = 0; i < text.size();) {
-    size_t len = std::min<size_t>(utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
+    // One character, or one byte where the UTF-8 is invalid (it then falls back to a byte piece).
+    size_t len = std::max<size_t>(1, utf8_sequence_length(text, i));
     auto it = ids_.find(text.substr(i, len));
     if (it != ids_.end()) {
       ids.push_back(it->second);

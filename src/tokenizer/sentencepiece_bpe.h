@@ -13,6 +13,9 @@ namespace kvlm {
 
 class SentencePieceBpe : public Tokenizer {
  public:
+  // Longest piece accepted in score mode (real SentencePiece models stop at 16 characters):
+  // building the merges tries every cut of every piece, so piece length bounds the work.
+  static constexpr size_t kMaxPieceBytes = 512;
   // scores: SentencePiece mode, a pair merges when its concatenation is a piece, highest score first.
   // mergeable[id] false (control/unknown tokens) keeps a piece from being produced by merges.
   static std::unique_ptr<SentencePieceBpe> from_scores(std::vector<std::string> pieces, std::vector<float> scores,
