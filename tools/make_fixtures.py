@@ -6,7 +6,12 @@ Run in a venv with torch, transformers and gguf (not needed by CI: the outputs a
     ~/kvlm-venv/bin/python tools/make_fixtures.py tests/fixtures
 
 Llama (GQA, llama3 rope scaling), Mistral (window 8 < the 64-token test sequence) and Qwen2
-(q/k/v bias) join GPT-2 and GPT-Neo. The Llama and GPT-2 models are also written as GGUF, in F32
+(q/k/v bias) join GPT-2 and GPT-Neo. Every parameter is randomized, norm weights and biases
+included (HF's defaults of 1 and 0 would hide a missing or misplaced norm or bias). Held-out
+cases: GPT-2 and GPT-Neo with untied output layers, GPT-2 without the 1/sqrt(d) scale (and with
+reorder_and_upcast_attn) and with the inverse-layer scale, Llama with linear rope scaling (also as
+a GGUF carrying llama.rope.scaling.*), and half precision: Llama in fp16 safetensors and Llama /
+Qwen2 as GGUF F16, whose references are computed in float64 from the same fp16 weights. The Llama and GPT-2 models are also written as GGUF, in F32
 and Q8_0, with the PyPI gguf package (q/k rows permuted to llama.cpp's layout, as its converter
 does). quants/ holds random blocks of each GGUF quant type and gguf's own dequantization of them.
 
@@ -47,6 +52,37 @@ def models():
                       "original_max_position_embeddings": 32}, **common)
     yield "mistral_tiny", MistralForCausalLM, MistralConfig(num_key_value_heads=2, sliding_window=8, **common)
     yield "qwen2_tiny", Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=2, tie_word_embeddings=True, **common)
+    gpt2 = dict(vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4, initializer_range=0.1,
+                activation_function="gelu_new", bos_token_id=255, eos_token_id=255)
+    yield "gpt2_untied", GPT2LMHeadModel, GPT2Config(tie_word_embeddings=False, **gpt2)
+    yield "gpt2_unscaled", GPT2LMHeadModel, GPT2Config(scale_attn_weights=False, reorder_and_upcast_attn=True, **gpt2)
+    yield "gpt2_layerscaled", GPT2LMHeadModel, GPT2Config(scale_attn_by_inverse_layer_idx=True, **gpt2)
+    yield "gptneo_untied", GPTNeoForCausalLM, GPTNeoConfig(
+        vocab_size=256, max_position_embeddings=128, hidden_size=64, num_layers=2, num_heads=4,
+        attention_types=[[["global", "local"], 1]], window_size=8, initializer_range=0.1, tie_word_embeddings=False,
+        intermediate_size=None, activation_function="gelu_new", bos_token_id=255, eos_token_id=255)
+    yield "llama_ropelinear", LlamaForCausalLM, LlamaConfig(
+        num_key_value_heads=2, rope_theta=10000.0, rms_norm_eps=1e-5,
+        rope_scaling={"rope_type": "linear", "factor": 2.0}, **common)
+    yield "llama_f16", LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, rope_theta=10000.0, rms_norm_eps=1e-5,
+                                                     **common)
+    yield "qwen2_f16", Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=2, tie_word_embeddings=False, **common)
+
+
+def randomize(model):
+    """Every parameter random: norm weights around 1, everything else (biases too) around 0."""
+    g = torch.Generator().manual_seed(4321)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or ".ln_" in name or name.startswith("ln_") or "ln_f" in name:
+                p.copy_(0.5 + torch.rand(p.shape, generator=g))  # [0.5, 1.5)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+
+
+# fixture -> GGUF files written beside its HF folder
+GGUF_FILES = {"llama_tiny": ("F32", "Q8_0"), "gpt2_tiny": ("F32", "Q8_0"), "gpt2_untied": ("F32",),
+              "llama_ropelinear": ("F32",), "llama_f16": ("F16",), "qwen2_f16": ("F16",)}
 
 
 def main(out_dir):
@@ -54,8 +90,38 @@ def main(out_dir):
         torch.manual_seed(1234)
         cfg._attn_implementation = "eager"
         model = cls(cfg).eval()
+        randomize(model)
+        half = name.endswith("_f16")
+        # Buffers (RoPE inv_freq) are not weights: .half() would round them too, so keep them.
+        buffers = {n: b.clone() for n, b in model.named_buffers()}
+
+        def restore_buffers():
+            with torch.no_grad():
+                for n, b in model.named_buffers():
+                    b.copy_(buffers[n])
+        if half:  # the reference is the fp16 model itself, evaluated in float64
+            model = model.half().float()
+            restore_buffers()
         d = os.path.join(out_dir, name)
-        model.save_pretrained(d, safe_serialization=True)
+        if name == "llama_f16":
+            model.half().save_pretrained(d, safe_serialization=True)
+            model.float()
+            restore_buffers()
+        else:
+            model.save_pretrained(d, safe_serialization=True)
+        if os.path.exists(os.path.join(d, "generation_config.json")):
+            os.remove(os.path.join(d, "generation_config.json"))
+        if getattr(cfg, "reorder_and_upcast_attn", False):
+            # HF's upcast path only runs in float32; it changes precision, not the math. Check that
+            # in float32, then compute the float64 reference on the plain path.
+            probe = torch.randint(0, 255, (1, 16))
+            with torch.no_grad():
+                upcast = model(probe).logits
+                for mod in model.modules():
+                    if hasattr(mod, "reorder_and_upcast_attn"):
+                        mod.reorder_and_upcast_attn = False
+                plain = model(probe).logits
+            assert (upcast - plain).abs().max() < 1e-4, "reorder_and_upcast_attn changed the math"
         g = torch.Generator().manual_seed(99)
         prompt = torch.randint(0, 255, (1, PROMPT_LEN), generator=g)
         with torch.no_grad():
@@ -78,9 +144,9 @@ def main(out_dir):
                        "logits_shape": list(logits.shape), "min_top1_top2_gap": gap,
                        "transformers": transformers.__version__, "torch": torch.__version__}, f, indent=1)
         print(f"{name}: {sum(p.numel() for p in model.parameters())} params, min top-2 gap {gap:.4f}")
-        if name in ("llama_tiny", "gpt2_tiny"):
-            sd = {k: v.float().numpy() for k, v in cls.from_pretrained(d).state_dict().items()}
-            for qtype in ("F32", "Q8_0"):
+        if name in GGUF_FILES:
+            sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
+            for qtype in GGUF_FILES[name]:
                 write_gguf(name, cfg, sd, os.path.join(d, f"model-{qtype}.gguf"), qtype)
     write_quant_references(os.path.join(out_dir, "quants"))
 
@@ -91,10 +157,10 @@ def to_llama_cpp_rows(w, n_head):
 
 
 def write_gguf(name, cfg, sd, path, qtype):
-    arch = "llama" if name.startswith("llama") else "gpt2"
+    arch = "llama" if name.startswith("llama") else "qwen2" if name.startswith("qwen2") else "gpt2"
     w = gguf.GGUFWriter(path, arch)
     tensors = {}
-    if arch == "llama":
+    if arch in ("llama", "qwen2"):
         w.add_context_length(cfg.max_position_embeddings)
         w.add_embedding_length(cfg.hidden_size)
         w.add_block_count(cfg.num_hidden_layers)
@@ -105,19 +171,30 @@ def write_gguf(name, cfg, sd, path, qtype):
         rp = getattr(cfg, "rope_parameters", None) or {}
         w.add_rope_freq_base(rp.get("rope_theta", 10000.0))
         w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
-        # llama3 scaling travels as per-frequency divisors, like llama.cpp's rope_freqs tensor.
-        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-        inv_scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
-        base = 1.0 / (rp.get("rope_theta", 10000.0) ** (torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim))
-        tensors["rope_freqs.weight"] = (base / inv_scaled).numpy().astype(np.float32)
+        rope_type = rp.get("rope_type", "default")
+        if rope_type == "llama3":
+            # llama3 scaling travels as per-frequency divisors, like llama.cpp's rope_freqs tensor.
+            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+            inv_scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
+            base = 1.0 / (rp.get("rope_theta", 10000.0) ** (torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim))
+            tensors["rope_freqs.weight"] = (base / inv_scaled).numpy().astype(np.float32)
+        elif rope_type == "linear":  # as convert_hf_to_gguf.py writes it
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(rp["factor"])
         tensors["token_embd.weight"] = sd["model.embed_tokens.weight"]
         tensors["output_norm.weight"] = sd["model.norm.weight"]
-        tensors["output.weight"] = sd["lm_head.weight"]
+        if "lm_head.weight" in sd and not cfg.tie_word_embeddings:
+            tensors["output.weight"] = sd["lm_head.weight"]
+        permute = arch == "llama"  # llama.cpp keeps HF's rotate-half rows for qwen2
         for i in range(cfg.num_hidden_layers):
             p = f"model.layers.{i}."
+            q, k = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"]
             tensors[f"blk.{i}.attn_norm.weight"] = sd[p + "input_layernorm.weight"]
-            tensors[f"blk.{i}.attn_q.weight"] = to_llama_cpp_rows(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads)
-            tensors[f"blk.{i}.attn_k.weight"] = to_llama_cpp_rows(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads)
+            tensors[f"blk.{i}.attn_q.weight"] = to_llama_cpp_rows(q, cfg.num_attention_heads) if permute else q
+            tensors[f"blk.{i}.attn_k.weight"] = to_llama_cpp_rows(k, cfg.num_key_value_heads) if permute else k
+            for b in ("q", "k", "v"):
+                if p + f"self_attn.{b}_proj.bias" in sd:
+                    tensors[f"blk.{i}.attn_{b}.bias"] = sd[p + f"self_attn.{b}_proj.bias"]
             tensors[f"blk.{i}.attn_v.weight"] = sd[p + "self_attn.v_proj.weight"]
             tensors[f"blk.{i}.attn_output.weight"] = sd[p + "self_attn.o_proj.weight"]
             tensors[f"blk.{i}.ffn_norm.weight"] = sd[p + "post_attention_layernorm.weight"]
@@ -136,6 +213,8 @@ def write_gguf(name, cfg, sd, path, qtype):
         tensors["position_embd.weight"] = sd[pre + "wpe.weight"]
         tensors["output_norm.weight"] = sd[pre + "ln_f.weight"]
         tensors["output_norm.bias"] = sd[pre + "ln_f.bias"]
+        if not cfg.tie_word_embeddings:
+            tensors["output.weight"] = sd["lm_head.weight"]
         for i in range(cfg.n_layer):
             p = f"{pre}h.{i}."
             for ours, theirs in (("attn_norm", "ln_1"), ("ffn_norm", "ln_2")):
@@ -148,7 +227,9 @@ def write_gguf(name, cfg, sd, path, qtype):
                 tensors[f"blk.{i}.{ours}.bias"] = sd[p + theirs + ".bias"]
     for tname, arr in tensors.items():
         arr = np.ascontiguousarray(arr.astype(np.float32))
-        if qtype == "Q8_0" and arr.ndim == 2 and arr.shape[-1] % 32 == 0:
+        if qtype == "F16" and arr.ndim == 2:  # matrices in F16, norms and biases F32, as llama.cpp writes
+            w.add_tensor(tname, arr.astype(np.float16))
+        elif qtype == "Q8_0" and arr.ndim == 2 and arr.shape[-1] % 32 == 0:
             q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:

@@ -30,7 +30,7 @@ int run_batch(const BatchArgs& a) {
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);
   std::vector<std::string> lines;
   {
-    std::istringstream in(read_file(a.prompts));
+    std::istringstream in(read_file(a.prompts, size_t{64} << 20));  // 64 MB of prompts at most
     std::string line;
     while (std::getline(in, line))
       if (!line.empty()) lines.push_back(line);
@@ -43,12 +43,14 @@ int run_batch(const BatchArgs& a) {
   eo.kv_dtype = parse_kv_dtype(a.kv_dtype);
   eo.kv_residual = a.kv_residual;
   const KvRowCodec row{eo.kv_dtype, model->cfg.kv_dim(), model->cfg.head_dim};
-  // Default pool: room for every sequence at its full length.
+  // Default pool: room for every sequence at its full length, which the context caps.
+  const size_t ctx = static_cast<size_t>(model->cfg.max_seq_len);
   size_t need = 0;
   std::vector<std::vector<int>> prompts;
   for (const std::string& l : lines) {
     prompts.push_back(tok->encode_prompt(l));
-    need += (prompts.back().size() + a.max_new_tokens + a.block_size - 1) / a.block_size;
+    size_t len = std::min(ctx, prompts.back().size() + static_cast<size_t>(a.max_new_tokens));
+    need += (len + a.block_size - 1) / a.block_size;
   }
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : static_cast<int>(std::min<size_t>(need, 1 << 24));
   if (!a.kv_capacity.empty())
@@ -57,7 +59,8 @@ int run_batch(const BatchArgs& a) {
   std::vector<int> ids;
   auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < prompts.size(); ++i)
-    ids.push_back(e.add({prompts[i], a.max_new_tokens, {a.temperature, a.top_k, a.top_p, a.seed + i}, !a.ignore_eos, ""}));
+    ids.push_back(e.add({prompts[i], a.max_new_tokens, {a.temperature, a.top_k, a.top_p, a.seed + i, tok->vocab_size()},
+                         !a.ignore_eos, ""}));
   size_t peak_blocks = 0;
   while (e.has_work()) {
     e.step();
@@ -67,13 +70,13 @@ int run_batch(const BatchArgs& a) {
   const EngineStats& st = e.stats();
   nlohmann::json out = nlohmann::json::array();
   long generated = 0, failed = 0;
-  double ttft = 0;
+  double ttft = 0;  // summed over the sequences that produced a token (a failed one has none)
   for (size_t i = 0; i < ids.size(); ++i) {
     const Sequence& s = e.seq(ids[i]);
     std::vector<int> gen(s.tokens.begin() + s.prompt_len, s.tokens.end());
     generated += static_cast<long>(gen.size());
     failed += s.state == SeqState::Failed;
-    ttft += s.ttft_ms;
+    if (s.state != SeqState::Failed && s.ttft_ms >= 0) ttft += s.ttft_ms;
     out.push_back({{"prompt", lines[i]}, {"generated_ids", gen}, {"text", tok->decode_all(gen, s.tokens[s.prompt_len - 1])},
                    {"ttft_ms", s.ttft_ms}, {"reused_prompt_tokens", s.reused_tokens},
                    {"state", s.state == SeqState::Failed ? "failed: " + s.error : "finished"}});
@@ -88,7 +91,7 @@ int run_batch(const BatchArgs& a) {
                    {"prefix_cache_hit_rate", st.prefix_hit_rate()},
                    {"reused_prompt_tokens", st.reused_tokens},
                    {"preemptions", st.preemptions},
-                   {"mean_ttft_ms", ttft / ids.size()},
+                   {"mean_ttft_ms", ids.size() > static_cast<size_t>(failed) ? ttft / (ids.size() - failed) : 0.0},
                    {"peak_kv_bytes", peak_blocks * e.pool().bytes_per_block()},
                    {"kv_pool_bytes", static_cast<size_t>(e.pool().num_blocks()) * e.pool().bytes_per_block()},
                    {"results", out}};
@@ -96,12 +99,18 @@ int run_batch(const BatchArgs& a) {
     std::puts(j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
-  for (size_t i = 0; i < ids.size(); ++i)
-    std::printf("[%zu] %s%s\n", i, lines[i].c_str(), out[i]["text"].get<std::string>().c_str());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Sequence& s = e.seq(ids[i]);
+    if (s.state == SeqState::Failed)
+      std::printf("[%zu] FAILED: %s\n", i, s.error.c_str());
+    else
+      std::printf("[%zu] %s%s\n", i, lines[i].c_str(), out[i]["text"].get<std::string>().c_str());
+  }
   std::printf("\n%zu sequences (%ld failed), %ld tokens generated in %.3f s = %.1f tokens/s aggregate, %ld steps\n",
               ids.size(), failed, generated, secs, generated / secs, st.steps);
   std::printf("prefix cache: %.1f%% of %ld prompt tokens reused | preemptions %ld | mean TTFT %.2f ms | peak KV %.3f MB\n",
-              100 * st.prefix_hit_rate(), st.prompt_tokens, st.preemptions, ttft / ids.size(),
+              100 * st.prefix_hit_rate(), st.prompt_tokens, st.preemptions,
+              ids.size() > static_cast<size_t>(failed) ? ttft / (ids.size() - failed) : 0.0,
               peak_blocks * e.pool().bytes_per_block() / 1e6);
   if (a.kv_stats) std::fputs(e.ledger().to_text().c_str(), stdout);
   return 0;
@@ -126,8 +135,8 @@ Runner add_batch(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")
       ->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
-  sub->add_option("--top-k", a->top_k, "top-k")->check(CLI::NonNegativeNumber);
+  sub->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--top-k", a->top_k, "top-k")->check(CLI::Range(0, 1 << 24));
   sub->add_option("--top-p", a->top_p, "top-p")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--seed", a->seed, "sampling seed (prompt i uses seed + i)");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "compute every prompt in full");

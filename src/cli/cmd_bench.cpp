@@ -363,7 +363,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer for --model (default: found beside it)");
   sub->add_option("--prompt", a->prompt, "prompt text (with --model)");
   sub->add_option("--prompt-ids", a->prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
-  sub->add_option("--prompt-tokens", a->prompt_tokens, "repeat the prompt's ids to N tokens")->check(CLI::PositiveNumber);
+  sub->add_option("--prompt-tokens", a->prompt_tokens, "repeat the prompt's ids to N tokens")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--new-tokens", a->new_tokens, "TPOT lengths (default 20 100)")->delimiter(',')->check(CLI::Range(2, 1 << 20));
   sub->add_option("--runs", a->runs, "timed runs per cell (default 10)")->check(CLI::Range(1, 100000));
   sub->add_option("--warmup", a->warmup, "untimed runs first (default 1)")->check(CLI::Range(0, 1000));
@@ -372,7 +372,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_flag("--json", a->json, "print one JSON object");
   sub->add_option("--kv-dtype", a->kv_dtype, "KV element type for the experiment: f32 (default), bf16, int8, int4");
   sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with a quantized KV (default 128)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 24));
   sub->add_option("--decode-at", a->decode_at, "instead: decode TPOT and KV bytes per KV type at these contexts")
       ->delimiter(',')->check(CLI::Range(1, 1 << 20));
   sub->add_option("--kv-dtypes", a->kv_dtypes, "KV types for --decode-at (default f32,bf16,int8,int4)")->delimiter(',');

@@ -233,20 +233,20 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
   sub->add_option("--prompt", a->prompt, "prompt text")->required();
-  sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
-  sub->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
-  sub->add_option("--top-k", a->top_k, "keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24));
+  sub->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--top-k", a->top_k, "keep the k most likely tokens (0 = all)")->check(CLI::Range(0, 1 << 24));
   sub->add_option("--top-p", a->top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--seed", a->seed, "sampling seed");
   sub->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence at every step");
   sub->add_option("--kv-layout", a->layout, "paged (default) or contiguous");
   sub->add_option("--kv-dtype", a->kv_dtype, "KV element type of pages (or of the contiguous cache): f32 (default), bf16, int8, int4");
   sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with a quantized KV (default 128)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 24));
   sub->add_option("--window", a->window, "attention sinks: keep --sink-tokens plus the last W tokens, drop the middle, "
                                          "and generate past the context (contiguous layout)")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--sink-tokens", a->sink_tokens, "first tokens always kept with --window (default 4)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 24));
   sub->add_option("--block-size", a->block_size, "tokens per KV block (paged, default 16)")->check(CLI::Range(1, 4096));
   sub->add_option("--kv-capacity", a->kv_capacity, "KV pool capacity: tokens (4096 or 4096tok) or bytes (64MB, 1GB)");
   sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: what the run needs)")

@@ -1,5 +1,6 @@
 // kvlm kv-plan: "does this fit, and how much is left?" before anything runs. Reads only the
 // model's config (and the weight files' sizes), never the weights.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "model/synthetic.h"
 
 namespace kvlm::cli {
@@ -20,16 +22,6 @@ struct PlanArgs {
   bool json = false;
 };
 
-size_t mem_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  size_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
 int run_plan(const PlanArgs& a) {
   if (a.model.empty() == a.preset.empty()) fail("kv-plan needs exactly one of --model or --preset");
   size_t weights = 0;
@@ -41,8 +33,11 @@ int run_plan(const PlanArgs& a) {
     weights = synthetic_model_bytes(c);
   }
   const int ctx = a.ctx > 0 ? a.ctx : c.max_seq_len;
-  const size_t per_token = c.kv_bytes_per_token(4);
-  const size_t per_block = per_token * a.block_size;
+  // Sizes are products of user numbers (ctx x batch x layers x heads ...): computed in long double,
+  // which cannot wrap, and clamped when turned back into integers for the report.
+  using LD = long double;
+  const LD per_token = static_cast<LD>(c.kv_bytes_per_token(4));
+  const LD per_block = per_token * a.block_size;
   // A sequence whose every layer slides a window never holds more than window + one block.
   int window_cap = 0;
   bool all_windowed = !c.layer_window.empty();
@@ -50,32 +45,36 @@ int run_plan(const PlanArgs& a) {
     all_windowed = all_windowed && w > 0;
     window_cap = std::max(window_cap, w);
   }
-  int tokens_held = all_windowed ? std::min(ctx, window_cap + a.block_size) : ctx;
-  const size_t blocks_per_seq = (tokens_held + a.block_size - 1) / a.block_size;
-  const size_t kv_total = blocks_per_seq * a.batch * per_block;
-  const size_t memory = a.memory_gb > 0 ? static_cast<size_t>(a.memory_gb * 1e9) : mem_available();
-  const bool fits = weights + kv_total <= memory;
-  const long long left = static_cast<long long>(memory) - static_cast<long long>(weights + kv_total);
-  const size_t room = memory > weights ? memory - weights : 0;
-  const size_t max_batch = room / std::max<size_t>(1, blocks_per_seq * per_block);
-  size_t max_ctx_blocks = room / std::max<size_t>(1, static_cast<size_t>(a.batch) * per_block);
-  size_t max_ctx = std::min<size_t>(max_ctx_blocks * a.block_size, c.learned_positions ? c.max_seq_len : SIZE_MAX);
+  const int tokens_held = all_windowed ? static_cast<int>(std::min<int64_t>(ctx, int64_t{window_cap} + a.block_size)) : ctx;
+  const int64_t blocks_per_seq = (int64_t{tokens_held} + a.block_size - 1) / a.block_size;
+  const LD kv_total = static_cast<LD>(blocks_per_seq) * a.batch * per_block;
+  const LD memory = a.memory_gb > 0 ? static_cast<LD>(a.memory_gb) * 1e9L : static_cast<LD>(available_memory_bytes());
+  const LD need = static_cast<LD>(weights) + kv_total;
+  const bool fits = need <= memory;
+  const LD left = memory - need;
+  const LD room = memory > weights ? memory - weights : 0;
+  auto clamp_count = [](LD v) { return static_cast<uint64_t>(std::min<LD>(std::max<LD>(v, 0), 1e18L)); };
+  const uint64_t max_batch = clamp_count(std::floor(room / std::max<LD>(1, blocks_per_seq * per_block)));
+  LD max_ctx_ld = std::floor(room / std::max<LD>(1, a.batch * per_block)) * a.block_size;
+  if (c.learned_positions) max_ctx_ld = std::min<LD>(max_ctx_ld, c.max_seq_len);
+  const uint64_t max_ctx = clamp_count(max_ctx_ld);
+  const double kv_total_d = static_cast<double>(kv_total), memory_d = static_cast<double>(memory);
 
   nlohmann::json j{{"arch", c.arch},
-                   {"kv_bytes_per_token", per_token},
+                   {"kv_bytes_per_token", static_cast<double>(per_token)},
                    {"formula", "2 x " + std::to_string(c.n_layers) + " layers x " + std::to_string(c.n_kv_heads) +
                                    " kv_heads x " + std::to_string(c.head_dim) + " head_dim x 4 bytes (f32)"},
                    {"block_size", a.block_size},
-                   {"bytes_per_block", per_block},
+                   {"bytes_per_block", static_cast<double>(per_block)},
                    {"ctx", ctx},
                    {"batch", a.batch},
                    {"tokens_held_per_sequence", tokens_held},
                    {"blocks_per_sequence", blocks_per_seq},
-                   {"kv_bytes", kv_total},
+                   {"kv_bytes", kv_total_d},
                    {"weight_bytes", weights},
-                   {"memory_bytes", memory},
+                   {"memory_bytes", memory_d},
                    {"fits", fits},
-                   {"bytes_left", left},
+                   {"bytes_left", static_cast<double>(left)},
                    {"max_batch_at_ctx", max_batch},
                    {"max_ctx_at_batch", max_ctx}};
   if (a.json) {
@@ -84,13 +83,16 @@ int run_plan(const PlanArgs& a) {
   }
   std::printf("model: %s, %d layers, %d KV heads x %d head_dim, context %d\n", c.arch.c_str(), c.n_layers, c.n_kv_heads,
               c.head_dim, c.max_seq_len);
-  std::printf("KV per token: %zu bytes (%s)\n", per_token, j["formula"].get<std::string>().c_str());
-  std::printf("KV block: %d tokens = %zu bytes; a sequence of %d tokens holds %zu blocks%s\n", a.block_size, per_block,
-              ctx, blocks_per_seq, all_windowed ? " (every layer is windowed)" : "");
-  std::printf("batch %d x ctx %d: %.3f GB of KV, weights %.3f GB, memory %.3f GB\n", a.batch, ctx, kv_total / 1e9,
-              weights / 1e9, memory / 1e9);
-  std::printf("fits: %s; %s %.3f GB\n", fits ? "yes" : "NO", fits ? "left" : "short by", std::llabs(left) / 1e9);
-  std::printf("at ctx %d at most %zu sequences fit; at batch %d at most %zu tokens each\n", ctx, max_batch, a.batch, max_ctx);
+  std::printf("KV per token: %.0f bytes (%s)\n", static_cast<double>(per_token), j["formula"].get<std::string>().c_str());
+  std::printf("KV block: %d tokens = %.0f bytes; a sequence of %d tokens holds %lld blocks%s\n", a.block_size,
+              static_cast<double>(per_block), ctx, static_cast<long long>(blocks_per_seq),
+              all_windowed ? " (every layer is windowed)" : "");
+  std::printf("batch %d x ctx %d: %.6g GB of KV, weights %.3f GB, memory %.6g GB\n", a.batch, ctx, kv_total_d / 1e9,
+              weights / 1e9, memory_d / 1e9);
+  std::printf("fits: %s; %s %.6g GB\n", fits ? "yes" : "NO", fits ? "left" : "short by",
+              static_cast<double>(std::fabs(left)) / 1e9);
+  std::printf("at ctx %d at most %llu sequences fit; at batch %d at most %llu tokens each\n", ctx,
+              static_cast<unsigned long long>(max_batch), a.batch, static_cast<unsigned long long>(max_ctx));
   return 0;
 }
 
@@ -104,7 +106,7 @@ Runner add_kv_plan(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "tokens per sequence (default: the model's context)")->check(CLI::Range(1, 1 << 26));
   sub->add_option("--batch", a->batch, "concurrent sequences (default 1)")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--block-size", a->block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
-  sub->add_option("--memory-gb", a->memory_gb, "memory to plan for (default: MemAvailable)")->check(CLI::PositiveNumber);
+  sub->add_option("--memory-gb", a->memory_gb, "memory to plan for (default: MemAvailable)")->check(CLI::Range(0.001, 1e9));
   sub->add_flag("--json", a->json, "print one JSON object");
   return [a] { return run_plan(*a); };
 }

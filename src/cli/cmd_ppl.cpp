@@ -73,10 +73,10 @@ Runner add_ppl(CLI::App& app) {
   sub->add_option("--text", a->text, "text file")->required();
   sub->add_option("--ctx", a->ctx, "window length (default: the model's context)")->check(CLI::Range(2, 1 << 24));
   sub->add_option("--max-tokens", a->max_tokens, "score only the first N tokens (BOS included)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 24));
   sub->add_option("--kv-dtype", a->kv_dtype, "KV cache type: f32 (default), bf16, int8, int4; non-f32 decodes "
                                              "token by token and reports the change against f32 (KLD, top-1)");
-  sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 (default 128)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 (default 128)")->check(CLI::Range(0, 1 << 24));
   sub->add_flag("--json", a->json, "print one JSON object");
   return [a] { return run_ppl(*a); };
 }

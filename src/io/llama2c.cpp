@@ -7,12 +7,17 @@
 namespace kvlm {
 
 Llama2cHeader parse_llama2c(const uint8_t* data, size_t size, const std::string& label, TensorSource& out) {
-  if (size < 28) fail(label, ": file is ", size, " bytes, too small for the llama2.c header (28 bytes)");
+  if (size < 28)
+    fail(label, ": not a llama2.c checkpoint, GGUF file or Hugging Face folder (", size,
+         " bytes, too small for the llama2.c header of 28 bytes)");
   int32_t h[7];
   std::memcpy(h, data, 28);
   Llama2cHeader hd{h[0], h[1], h[2], h[3], h[4], h[5] < 0 ? -h[5] : h[5], h[6], h[5] > 0};
   auto check = [&](int v, int lo, int hi, const char* what) {
-    if (v < lo || v > hi) fail(label, ": header field ", what, " = ", v, " is out of range [", lo, ", ", hi, "]");
+    // llama2.c files have no magic: a header that makes no sense means "not such a file" first.
+    if (v < lo || v > hi)
+      fail(label, ": not a llama2.c checkpoint, GGUF file or Hugging Face folder (read as llama2.c, header field ",
+           what, " = ", v, " is out of range [", lo, ", ", hi, "])");
   };
   check(hd.dim, 1, 65536, "dim");
   check(hd.hidden_dim, 1, 262144, "hidden_dim");

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/memory.h"
 
 namespace kvlm {
 
@@ -39,6 +40,8 @@ BlockPool::BlockPool(const ModelConfig& cfg, int block_size, int num_blocks, KvD
     window_ = std::max(window_, w);
   }
   bytes_per_block_ = 2ull * cfg.n_layers * block_size * codec_.bytes();
+  check_memory_for(checked_mul(static_cast<uint64_t>(num_blocks), bytes_per_block_, "KV pool size"),
+                   "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + " tokens");
   ref_.assign(num_blocks, 0);
   prev_.assign(num_blocks, -1);
   next_.assign(num_blocks, -1);

@@ -8,8 +8,12 @@
 namespace kvlm {
 
 SinkKvCache::SinkKvCache(const Model& m, int sinks, int window)
-    : model_(m), sinks_(sinks), slots_(sinks + window), kv_dim_(m.cfg.kv_dim()) {
-  if (sinks < 0 || window < 1) fail("attention sinks need --sink-tokens >= 0 and --window >= 1");
+    : model_(m), sinks_(sinks), slots_(0), kv_dim_(m.cfg.kv_dim()) {
+  if (sinks < 0 || window < 1) fail("attention sinks need sink tokens >= 0 and a window >= 1");
+  const int64_t slots = static_cast<int64_t>(sinks) + window;  // in 64 bits: no wrap before the check
+  if (slots > m.cfg.max_seq_len)
+    fail("sink tokens + window (", slots, ") exceed the model's context ", m.cfg.max_seq_len);
+  slots_ = static_cast<int>(slots);
   if (m.cfg.rope == RopeKind::None)
     fail("attention sinks need a RoPE model: ", m.cfg.arch, " bakes positions into its embeddings");
   if (slots_ > m.cfg.max_seq_len)
