@@ -25,6 +25,9 @@ void ModelConfig::validate(const std::string& source) const {
   need(static_cast<int>(layer_window.size()) == n_layers, "layer_window needs one entry per layer");
   for (int w : layer_window) need(w >= 0, "window sizes must be >= 0");
   need(std::isfinite(norm_eps), "norm_eps must be finite");
+  // An EOS the model can never produce would make generation run to the length limit silently.
+  need(eos_id >= 0 && eos_id < vocab_size, "eos_token_id must be a token id inside the vocabulary");
+  need(bos_id >= 0 && bos_id < vocab_size, "bos_token_id must be a token id inside the vocabulary");
   need(std::isfinite(attn_scale) && attn_scale > 0.0f, "attention scale must be a positive finite number");
   // GPT-2 and GPT-Neo project q, k and v from the residual with square matrices: heads must tile it.
   if (learned_positions) {

@@ -92,6 +92,12 @@ ModelConfig llama_family(const Reader& r, const std::string& type) {
   // transformers >= 5 nests theta and scaling in rope_parameters; older configs use
   // rope_theta plus rope_scaling.
   const char* scaling_key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  // Both spellings at once must agree: one silently winning over the other hides a wrong model.
+  if (r.has("rope_parameters") && r.has("rope_scaling") && r.j["rope_scaling"] != r.j["rope_parameters"])
+    fail(r.label, ": rope_scaling and rope_parameters disagree; keep one");
+  if (r.has("rope_parameters") && r.has("rope_theta") && r.j["rope_parameters"].is_object() &&
+      r.j["rope_parameters"].contains("rope_theta") && r.j["rope_parameters"]["rope_theta"] != r.j["rope_theta"])
+    fail(r.label, ": rope_theta and rope_parameters.rope_theta disagree; keep one");
   if (r.has(scaling_key)) {
     const json& rs = r.j[scaling_key];
     if (!rs.is_object()) fail(r.label, ": ", scaling_key, " must be an object");
