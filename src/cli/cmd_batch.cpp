@@ -122,7 +122,7 @@ Runner add_batch(CLI::App& app) {
   auto a = std::make_shared<BatchArgs>();
   CLI::App* sub = app.add_subcommand("batch", "run many prompts through the batched engine");
   sub->add_option("--model", a->model, "llama2.c .bin, GGUF file or Hugging Face folder")->required();
-  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
+  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
   sub->add_option("--prompts", a->prompts, "text file, one prompt per line")->required();
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens per prompt (default 64)")->check(CLI::Range(1, 1 << 24));

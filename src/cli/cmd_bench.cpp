@@ -359,7 +359,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--preset", a->preset, "built-in shape with synthetic weights: distilgpt2 (default), gpt2, "
                                          "gpt-neo-1.3B, tinyllama-1.1b");
   sub->add_option("--model", a->model, "benchmark a real model (llama2.c .bin or HF folder) instead");
-  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
+  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer for --model (default: found beside it)");
   sub->add_option("--prompt", a->prompt, "prompt text (with --model)");
   sub->add_option("--prompt-ids", a->prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");

@@ -185,7 +185,7 @@ Runner add_bench_serving(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench-serving", "batched decode, prefix-cache TTFT and KV waste");
   sub->add_option("--preset", a->preset, "built-in shape with synthetic weights (default distilgpt2)");
   sub->add_option("--model", a->model, "or a real model");
-  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
+  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--concurrency", a->concurrency, "sequence counts (default 1,4,8,16)")->delimiter(',')
       ->check(CLI::Range(1, 4096));
   sub->add_option("--prompt-tokens", a->prompt_tokens, "prompt length for the concurrency sweep (default 32)")

@@ -230,7 +230,7 @@ Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* sub = app.add_subcommand("generate", "generate text from a prompt");
   sub->add_option("--model", a->model, "llama2.c .bin, GGUF file or Hugging Face folder")->required();
-  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
+  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
   sub->add_option("--prompt", a->prompt, "prompt text")->required();
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24));

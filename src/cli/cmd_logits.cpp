@@ -42,7 +42,7 @@ Runner add_logits(CLI::App& app) {
   auto a = std::make_shared<LogitsArgs>();
   CLI::App* sub = app.add_subcommand("logits", "write raw f32 logits for token ids");
   sub->add_option("--model", a->model, "llama2.c .bin or Hugging Face folder")->required();
-  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
+  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--ids", a->ids, "comma-separated token ids")->required();
   sub->add_option("--out", a->out, "output file")->required();
   sub->add_flag("--stepwise", a->stepwise, "feed one token per forward (decode path) instead of one prefill");

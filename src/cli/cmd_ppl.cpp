@@ -68,7 +68,7 @@ Runner add_ppl(CLI::App& app) {
   auto a = std::make_shared<PplArgs>();
   CLI::App* sub = app.add_subcommand("ppl", "perplexity over non-overlapping windows");
   sub->add_option("--model", a->model, "llama2.c .bin or Hugging Face folder")->required();
-  sub->add_option("--weights", a->weights, "run the matrices as f32, bf16, q8_0 or q4_0 (default: as stored)");
+  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
   sub->add_option("--text", a->text, "text file")->required();
   sub->add_option("--ctx", a->ctx, "window length (default: the model's context)")->check(CLI::Range(2, 1 << 24));

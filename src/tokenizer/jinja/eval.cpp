@@ -1,0 +1,723 @@
+// The interpreter: statements write to one output string; expressions evaluate to Values with
+// Python's semantics for the operations templates use. Work is bounded: output size, loop
+// iterations and macro depth all have limits, so a template cannot run away.
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+#include "core/error.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/jinja/ast.h"
+
+namespace kvlm::jinja {
+
+namespace {
+
+constexpr size_t kMaxOutput = 16u << 20;
+constexpr long kMaxIterations = 1000000;
+constexpr int kMaxMacroDepth = 64;
+
+struct Scope {
+  Scope* parent = nullptr;
+  std::vector<std::pair<std::string, Value>> vars;
+  Value* find(const std::string& n) {
+    for (Scope* s = this; s; s = s->parent)
+      for (auto& [k, v] : s->vars)
+        if (k == n) return &v;
+    return nullptr;
+  }
+  void set(const std::string& n, Value v) {
+    for (auto& [k, old] : vars)
+      if (k == n) {
+        old = std::move(v);
+        return;
+      }
+    vars.push_back({n, std::move(v)});
+  }
+};
+
+enum class Flow { Normal, Break, Continue };
+
+[[noreturn]] void err(int line, const std::string& what) { fail("template line ", line, ": ", what); }
+
+class Interp {
+ public:
+  long iterations = 0;
+  int depth = 0;
+
+  Flow exec(const Body& body, Scope& sc, std::string& out) {
+    for (const auto& n : body) {
+      Flow f = exec(*n, sc, out);
+      if (f != Flow::Normal) return f;
+      if (out.size() > kMaxOutput) err(n->line, "output is over 16 MB");
+    }
+    return Flow::Normal;
+  }
+
+  Value eval(const Expr& e, Scope& sc);
+
+ private:
+  Flow exec(const Node& n, Scope& sc, std::string& out);
+  Value call(const Expr& e, Scope& sc);
+  Value filter(const std::string& name, const Value& v, const Args& a, int line, Scope& sc);
+  bool test(const std::string& name, const Value& v, const Args& a, int line);
+  Value method(const Value& obj, const std::string& name, const Args& a, int line);
+  Args args(const Expr& e, size_t first, Scope& sc) {
+    Args a;
+    size_t nkw = e.kw.size(), npos = e.kids.size() - first - nkw;
+    for (size_t k = 0; k < npos; ++k) a.pos.push_back(eval(*e.kids[first + k], sc));
+    for (size_t k = 0; k < nkw; ++k) a.kw.push_back({e.kw[k], eval(*e.kids[first + npos + k], sc)});
+    return a;
+  }
+};
+
+std::vector<Value> iterate(const Value& v, int line) {
+  switch (v.t) {
+    case Value::T::List: return *v.list;
+    case Value::T::Dict: {
+      std::vector<Value> keys;
+      for (auto& [k, x] : *v.dict) keys.push_back(Value::str(k));
+      return keys;
+    }
+    case Value::T::Str: {
+      std::vector<Value> chars;
+      for (size_t i = 0; i < v.s.size();) {  // by UTF-8 character
+        size_t n = 1;
+        unsigned char c = static_cast<unsigned char>(v.s[i]);
+        if (c >= 0xF0) n = 4;
+        else if (c >= 0xE0) n = 3;
+        else if (c >= 0xC0) n = 2;
+        chars.push_back(Value::str(v.s.substr(i, n)));
+        i += n;
+      }
+      return chars;
+    }
+    case Value::T::Undefined:
+    case Value::T::None: return {};
+    default: err(line, "cannot iterate over " + py_repr(v));
+  }
+}
+
+Value attribute(const Value& obj, const std::string& key) {
+  if (const Value* v = obj.find(key)) return *v;
+  return Value();
+}
+
+Value index(const Value& obj, const Value& key, int line) {
+  if (obj.t == Value::T::Dict) {
+    if (key.t != Value::T::Str) return Value();
+    return attribute(obj, key.s);
+  }
+  if ((obj.t == Value::T::List || obj.t == Value::T::Str) && (key.t == Value::T::Int || key.t == Value::T::Bool)) {
+    int64_t n = obj.t == Value::T::List ? static_cast<int64_t>(obj.list->size()) : static_cast<int64_t>(obj.s.size());
+    int64_t k = key.t == Value::T::Bool ? key.b : key.i;
+    if (k < 0) k += n;
+    if (k < 0 || k >= n) return Value();
+    return obj.t == Value::T::List ? (*obj.list)[k] : Value::str(obj.s.substr(k, 1));
+  }
+  if (obj.t == Value::T::Undefined || obj.t == Value::T::None) return Value();
+  err(line, "cannot index " + py_repr(obj) + " with " + py_repr(key));
+}
+
+bool less(const Value& a, const Value& b, int line) {
+  if (a.is_number() && b.is_number()) return a.as_double() < b.as_double();
+  if (a.t == Value::T::Str && b.t == Value::T::Str) return a.s < b.s;
+  err(line, "cannot compare " + py_repr(a) + " and " + py_repr(b));
+}
+
+bool contains(const Value& hay, const Value& needle, int line) {
+  if (hay.t == Value::T::Str) {
+    if (needle.t != Value::T::Str) err(line, "'in <string>' needs a string");
+    return hay.s.find(needle.s) != std::string::npos;
+  }
+  if (hay.t == Value::T::List) {
+    for (const Value& v : *hay.list)
+      if (equal(v, needle)) return true;
+    return false;
+  }
+  if (hay.t == Value::T::Dict) return needle.t == Value::T::Str && hay.find(needle.s);
+  if (hay.t == Value::T::Undefined || hay.t == Value::T::None) err(line, "'in' on an undefined value");
+  err(line, "'in' needs a string, list or mapping");
+}
+
+std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
+  size_t b = 0, e = s.size();
+  auto is_strip = [&](char c) { return chars.empty() ? std::isspace(static_cast<unsigned char>(c)) != 0 : chars.find(c) != std::string::npos; };
+  if (left)
+    while (b < e && is_strip(s[b])) ++b;
+  if (right)
+    while (e > b && is_strip(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  if (from.empty()) return s;
+  std::string out;
+  size_t p = 0, f;
+  while ((f = s.find(from, p)) != std::string::npos) {
+    out += s.substr(p, f - p) + to;
+    p = f + from.size();
+  }
+  return out + s.substr(p);
+}
+
+Value binary(const std::string& op, const Value& a, const Value& b, int line) {
+  if (op == "==") return Value::boolean(equal(a, b));
+  if (op == "!=") return Value::boolean(!equal(a, b));
+  if (op == "<") return Value::boolean(less(a, b, line));
+  if (op == ">") return Value::boolean(less(b, a, line));
+  if (op == "<=") return Value::boolean(!less(b, a, line));
+  if (op == ">=") return Value::boolean(!less(a, b, line));
+  if (op == "in") return Value::boolean(contains(b, a, line));
+  if (op == "~") return Value::str(py_str(a) + py_str(b));
+  if (op == "+") {
+    if (a.t == Value::T::Str && b.t == Value::T::Str) return Value::str(a.s + b.s);
+    if (a.t == Value::T::List && b.t == Value::T::List) {
+      List l = *a.list;
+      l.insert(l.end(), b.list->begin(), b.list->end());
+      return Value::new_list(std::move(l));
+    }
+  }
+  if (op == "*" && a.t == Value::T::Str && b.t == Value::T::Int) {
+    if (b.i * static_cast<int64_t>(a.s.size()) > static_cast<int64_t>(kMaxOutput)) err(line, "string repetition too large");
+    std::string s;
+    for (int64_t k = 0; k < b.i; ++k) s += a.s;
+    return Value::str(s);
+  }
+  if (!a.is_number() || !b.is_number()) err(line, "unsupported operands for '" + op + "': " + py_repr(a) + ", " + py_repr(b));
+  const bool ints = a.t != Value::T::Float && b.t != Value::T::Float;
+  const double x = a.as_double(), y = b.as_double();
+  if (op == "+") return ints ? Value::integer(static_cast<int64_t>(x) + static_cast<int64_t>(y)) : Value::number(x + y);
+  if (op == "-") return ints ? Value::integer(static_cast<int64_t>(x) - static_cast<int64_t>(y)) : Value::number(x - y);
+  if (op == "*") return ints ? Value::integer(static_cast<int64_t>(x) * static_cast<int64_t>(y)) : Value::number(x * y);
+  if (y == 0 && (op == "/" || op == "//" || op == "%")) err(line, "division by zero");
+  if (op == "/") return Value::number(x / y);
+  if (op == "//") return ints ? Value::integer(static_cast<int64_t>(std::floor(x / y))) : Value::number(std::floor(x / y));
+  if (op == "%") {
+    double r = x - y * std::floor(x / y);
+    return ints ? Value::integer(static_cast<int64_t>(r)) : Value::number(r);
+  }
+  if (op == "**") return ints && y >= 0 ? Value::integer(static_cast<int64_t>(std::pow(x, y))) : Value::number(std::pow(x, y));
+  err(line, "unknown operator " + op);
+}
+
+}  // namespace
+
+Value Interp::eval(const Expr& e, Scope& sc) {
+  switch (e.k) {
+    case Expr::K::Lit: return e.lit;
+    case Expr::K::Var: {
+      Value* v = sc.find(e.name);
+      return v ? *v : Value();
+    }
+    case Expr::K::Attr: {
+      Value obj = eval(*e.kids[0], sc);
+      return attribute(obj, e.name);
+    }
+    case Expr::K::Index: return index(eval(*e.kids[0], sc), eval(*e.kids[1], sc), e.line);
+    case Expr::K::Slice: {
+      Value obj = eval(*e.kids[0], sc);
+      int64_t n = obj.t == Value::T::List ? static_cast<int64_t>(obj.list->size()) : obj.t == Value::T::Str ? static_cast<int64_t>(obj.s.size()) : -1;
+      if (n < 0) err(e.line, "cannot slice " + py_repr(obj));
+      int64_t step = 1;
+      if (e.kids[3]) {
+        Value sv = eval(*e.kids[3], sc);
+        if (sv.t == Value::T::Int) step = sv.i;
+        else if (sv.t != Value::T::None) err(e.line, "slice step must be an integer");
+      }
+      if (step == 0) err(e.line, "slice step cannot be zero");
+      // Python's slice rules: negative bounds count from the end, then clamp.
+      auto bound = [&](size_t k, int64_t dflt) {
+        if (!e.kids[k]) return dflt;
+        Value v = eval(*e.kids[k], sc);
+        if (v.t == Value::T::None) return dflt;
+        if (v.t != Value::T::Int) err(e.line, "slice bounds must be integers");
+        int64_t x = v.i < 0 ? v.i + n : v.i;
+        return step > 0 ? std::clamp<int64_t>(x, 0, n) : std::clamp<int64_t>(x, -1, n - 1);
+      };
+      int64_t lo = bound(1, step > 0 ? 0 : n - 1), hi = bound(2, step > 0 ? n : -1);
+      List l;
+      std::string s;
+      for (int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) {
+        if (obj.t == Value::T::List) l.push_back((*obj.list)[k]);
+        else s += obj.s[k];
+      }
+      return obj.t == Value::T::List ? Value::new_list(std::move(l)) : Value::str(s);
+    }
+    case Expr::K::Call: return call(e, sc);
+    case Expr::K::Filter: {
+      Value v = eval(*e.kids[0], sc);
+      return filter(e.name, v, args(e, 1, sc), e.line, sc);
+    }
+    case Expr::K::Test: {
+      Value v;
+      // `x is defined` must not fail on x's own undefinedness.
+      v = eval(*e.kids[0], sc);
+      bool r = test(e.name, v, args(e, 1, sc), e.line);
+      return Value::boolean(e.negate ? !r : r);
+    }
+    case Expr::K::Not: return Value::boolean(!eval(*e.kids[0], sc).truthy());
+    case Expr::K::Neg: {
+      Value v = eval(*e.kids[0], sc);
+      if (v.t == Value::T::Int) return Value::integer(-v.i);
+      if (v.t == Value::T::Float) return Value::number(-v.f);
+      err(e.line, "cannot negate " + py_repr(v));
+    }
+    case Expr::K::Binary: {
+      if (e.name == "and") {
+        Value a = eval(*e.kids[0], sc);
+        return a.truthy() ? eval(*e.kids[1], sc) : a;
+      }
+      if (e.name == "or") {
+        Value a = eval(*e.kids[0], sc);
+        return a.truthy() ? a : eval(*e.kids[1], sc);
+      }
+      return binary(e.name, eval(*e.kids[0], sc), eval(*e.kids[1], sc), e.line);
+    }
+    case Expr::K::Cond: return eval(*e.kids[0], sc).truthy() ? eval(*e.kids[1], sc) : eval(*e.kids[2], sc);
+    case Expr::K::ListLit: {
+      List l;
+      for (const auto& k : e.kids) l.push_back(eval(*k, sc));
+      return Value::new_list(std::move(l));
+    }
+    case Expr::K::DictLit: {
+      Value d = Value::new_dict();
+      for (size_t k = 0; k + 1 < e.kids.size(); k += 2) {
+        Value key = eval(*e.kids[k], sc);
+        if (key.t != Value::T::Str) err(e.line, "dict keys must be strings");
+        d.put(key.s, eval(*e.kids[k + 1], sc));
+      }
+      return d;
+    }
+  }
+  return Value();
+}
+
+Value Interp::call(const Expr& e, Scope& sc) {
+  const Expr& callee = *e.kids[0];
+  Args a = args(e, 1, sc);
+  if (callee.k == Expr::K::Attr) {  // obj.method(...)
+    Value obj = eval(*callee.kids[0], sc);
+    if (obj.t != Value::T::Dict || !obj.find(callee.name) || obj.find(callee.name)->t != Value::T::Func)
+      return method(obj, callee.name, a, e.line);
+  }
+  Value f = eval(callee, sc);
+  if (f.t != Value::T::Func) err(e.line, "'" + (callee.k == Expr::K::Var ? callee.name : std::string("value")) + "' is not callable");
+  return (*f.fn)(a);
+}
+
+Value Interp::method(const Value& obj, const std::string& name, const Args& a, int line) {
+  auto arg_str = [&](size_t k, const char* n, const std::string& dflt) {
+    const Value* v = a.get(k, n);
+    if (!v || v->t == Value::T::None) return dflt;
+    if (v->t != Value::T::Str) err(line, name + "() needs a string argument");
+    return v->s;
+  };
+  if (obj.t == Value::T::Dict) {
+    if (name == "get") {
+      const Value* k = a.get(0, "key");
+      if (!k || k->t != Value::T::Str) return Value::none();
+      const Value* v = obj.find(k->s);
+      if (v) return *v;
+      const Value* d = a.get(1, "default");
+      return d ? *d : Value::none();
+    }
+    if (name == "items") {
+      List l;
+      for (auto& [k, v] : *obj.dict) l.push_back(Value::new_list({Value::str(k), v}));
+      return Value::new_list(std::move(l));
+    }
+    if (name == "keys" || name == "values") {
+      List l;
+      for (auto& [k, v] : *obj.dict) l.push_back(name == "keys" ? Value::str(k) : v);
+      return Value::new_list(std::move(l));
+    }
+  }
+  if (obj.t == Value::T::Str) {
+    const std::string& s = obj.s;
+    if (name == "startswith" || name == "endswith") {
+      std::string x = arg_str(0, "prefix", "");
+      bool r = name == "startswith" ? s.rfind(x, 0) == 0 : s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+      return Value::boolean(r);
+    }
+    if (name == "strip") return Value::str(strip(s, arg_str(0, "chars", ""), true, true));
+    if (name == "lstrip") return Value::str(strip(s, arg_str(0, "chars", ""), true, false));
+    if (name == "rstrip") return Value::str(strip(s, arg_str(0, "chars", ""), false, true));
+    if (name == "upper" || name == "lower") {
+      std::string r = s;
+      for (char& c : r) c = name == "upper" ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return Value::str(r);
+    }
+    if (name == "replace") return Value::str(replace_all(s, arg_str(0, "old", ""), arg_str(1, "new", "")));
+    if (name == "split") {
+      std::string sep = arg_str(0, "sep", "");
+      List parts;
+      if (sep.empty()) {
+        std::string cur;
+        for (char c : s) {
+          if (std::isspace(static_cast<unsigned char>(c))) {
+            if (!cur.empty()) parts.push_back(Value::str(cur));
+            cur.clear();
+          } else {
+            cur += c;
+          }
+        }
+        if (!cur.empty()) parts.push_back(Value::str(cur));
+      } else {
+        size_t p = 0, f;
+        while ((f = s.find(sep, p)) != std::string::npos) {
+          parts.push_back(Value::str(s.substr(p, f - p)));
+          p = f + sep.size();
+        }
+        parts.push_back(Value::str(s.substr(p)));
+      }
+      return Value::new_list(std::move(parts));
+    }
+  }
+  err(line, "unsupported method '" + name + "' on " + (obj.defined() ? py_repr(obj) : std::string("an undefined value")));
+}
+
+bool Interp::test(const std::string& name, const Value& v, const Args& a, int line) {
+  using T = Value::T;
+  if (name == "defined") return v.defined();
+  if (name == "undefined") return !v.defined();
+  if (name == "none") return v.t == T::None;
+  if (name == "string") return v.t == T::Str;
+  if (name == "mapping") return v.t == T::Dict;
+  if (name == "iterable") return v.t == T::List || v.t == T::Dict || v.t == T::Str;
+  if (name == "sequence") return v.t == T::List || v.t == T::Str || v.t == T::Dict;
+  if (name == "number") return v.t == T::Int || v.t == T::Float;
+  if (name == "integer") return v.t == T::Int;
+  if (name == "float") return v.t == T::Float;
+  if (name == "boolean") return v.t == T::Bool;
+  if (name == "true") return v.t == T::Bool && v.b;
+  if (name == "false") return v.t == T::Bool && !v.b;
+  if (name == "callable") return v.t == T::Func;
+  if (name == "odd" || name == "even") {
+    if (v.t != T::Int) err(line, "odd/even need an integer");
+    return (v.i % 2 != 0) == (name == "odd");
+  }
+  const Value* x = a.get(0, "value");
+  if (!x) err(line, "test '" + name + "' needs an argument");
+  if (name == "divisibleby") return x->t == T::Int && x->i != 0 && v.t == T::Int && v.i % x->i == 0;
+  if (name == "equalto" || name == "eq") return equal(v, *x);
+  if (name == "ne") return !equal(v, *x);
+  if (name == "lt") return less(v, *x, line);
+  if (name == "gt") return less(*x, v, line);
+  if (name == "le") return !less(*x, v, line);
+  if (name == "ge") return !less(v, *x, line);
+  if (name == "in") return contains(*x, v, line);
+  err(line, "unsupported test '" + name + "'");
+}
+
+Value Interp::filter(const std::string& name, const Value& v, const Args& a, int line, Scope& sc) {
+  using T = Value::T;
+  auto str_arg = [&](size_t k, const char* n, const std::string& dflt) {
+    const Value* x = a.get(k, n);
+    return x ? py_str(*x) : dflt;
+  };
+  if (name == "safe" || name == "e" || name == "escape") return v;  // no autoescaping: text stays text
+  if (name == "string") return Value::str(py_str(v));
+  if (name == "trim") return Value::str(strip(py_str(v), str_arg(0, "chars", ""), true, true));
+  if (name == "lower" || name == "upper") return method(Value::str(py_str(v)), name, {}, line);
+  if (name == "capitalize" || name == "title") {
+    std::string s = py_str(v);
+    bool start = true;
+    for (size_t k = 0; k < s.size(); ++k) {
+      unsigned char c = static_cast<unsigned char>(s[k]);
+      bool alpha = std::isalpha(c) != 0;
+      if (name == "capitalize") s[k] = static_cast<char>(k == 0 ? std::toupper(c) : std::tolower(c));
+      else s[k] = static_cast<char>(start && alpha ? std::toupper(c) : alpha ? std::tolower(c) : c);
+      start = !alpha;
+    }
+    return Value::str(s);
+  }
+  if (name == "replace") return Value::str(replace_all(py_str(v), str_arg(0, "old", ""), str_arg(1, "new", "")));
+  if (name == "length" || name == "count") {
+    if (v.t == T::Str) {
+      int64_t n = 0;
+      for (unsigned char c : v.s) n += (c & 0xC0) != 0x80;
+      return Value::integer(n);
+    }
+    return Value::integer(static_cast<int64_t>(iterate(v, line).size()));
+  }
+  if (name == "tojson") {
+    const Value* ind = a.get(0, "indent");
+    return Value::str(py_json(v, ind && ind->t == T::Int ? static_cast<int>(ind->i) : -1));
+  }
+  if (name == "items") return method(v.t == T::Dict ? v : Value::new_dict(), "items", {}, line);
+  if (name == "list") return Value::new_list(iterate(v, line));
+  if (name == "first" || name == "last") {
+    std::vector<Value> l = iterate(v, line);
+    if (l.empty()) return Value();
+    return name == "first" ? l.front() : l.back();
+  }
+  if (name == "reverse") {
+    if (v.t == T::Str) return Value::str(std::string(v.s.rbegin(), v.s.rend()));
+    std::vector<Value> l = iterate(v, line);
+    std::reverse(l.begin(), l.end());
+    return Value::new_list(std::move(l));
+  }
+  if (name == "join") {
+    std::string sep = str_arg(0, "d", ""), out;
+    const Value* attr = a.get(1, "attribute");
+    bool first = true;
+    for (const Value& x : iterate(v, line)) {
+      out += (first ? "" : sep) + py_str(attr ? attribute(x, py_str(*attr)) : x);
+      first = false;
+    }
+    return Value::str(out);
+  }
+  if (name == "default" || name == "d") {
+    const Value* dflt = a.get(0, "default_value");
+    const Value* boolean = a.get(1, "boolean");
+    bool use = !v.defined() || (boolean && boolean->truthy() && !v.truthy());
+    return use ? (dflt ? *dflt : Value::str("")) : v;
+  }
+  if (name == "indent") {
+    const Value* w = a.get(0, "width");
+    const Value* first = a.get(1, "first");
+    const Value* blank = a.get(2, "blank");
+    std::string pad = w && w->t == T::Str ? w->s : std::string(w && w->t == T::Int ? static_cast<size_t>(w->i) : 4, ' ');
+    std::string s = py_str(v), out;
+    size_t p = 0;
+    bool first_line = true;
+    while (p <= s.size()) {
+      size_t nl = s.find('\n', p);
+      std::string ln = s.substr(p, nl == std::string::npos ? std::string::npos : nl - p);
+      bool indent = first_line ? (first && first->truthy()) : (!ln.empty() || (blank && blank->truthy()));
+      out += (indent ? pad : "") + ln;
+      if (nl == std::string::npos) break;
+      out += "\n";
+      p = nl + 1;
+      first_line = false;
+    }
+    return Value::str(out);
+  }
+  if (name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject") {
+    const bool by_attr = name == "selectattr" || name == "rejectattr", keep = name == "selectattr" || name == "select";
+    size_t k = 0;
+    std::string attr = by_attr ? str_arg(k++, "attribute", "") : "";
+    const Value* t = a.get(k++, "test");
+    List out;
+    for (const Value& x : iterate(v, line)) {
+      Value subject = by_attr ? attribute(x, attr) : x;
+      bool r;
+      if (!t) {
+        r = subject.truthy();
+      } else {
+        Args rest;
+        for (size_t j = k; j < a.pos.size(); ++j) rest.pos.push_back(a.pos[j]);
+        r = test(py_str(*t), subject, rest, line);
+      }
+      if (r == keep) out.push_back(x);
+    }
+    return Value::new_list(std::move(out));
+  }
+  if (name == "map") {
+    const Value* attr = a.get(99, "attribute");
+    List out;
+    for (const Value& x : iterate(v, line)) {
+      if (attr) {
+        Value got = attribute(x, py_str(*attr));
+        const Value* d = a.get(99, "default");
+        out.push_back(!got.defined() && d ? *d : got);
+      } else if (!a.pos.empty()) {
+        Args rest;
+        for (size_t j = 1; j < a.pos.size(); ++j) rest.pos.push_back(a.pos[j]);
+        out.push_back(filter(py_str(a.pos[0]), x, rest, line, sc));
+      } else {
+        err(line, "map needs a filter name or attribute=");
+      }
+    }
+    return Value::new_list(std::move(out));
+  }
+  if (name == "unique") {
+    List out;
+    for (const Value& x : iterate(v, line))
+      if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equal(x, y); })) out.push_back(x);
+    return Value::new_list(std::move(out));
+  }
+  if (name == "abs") return v.t == T::Int ? Value::integer(std::llabs(v.i)) : Value::number(std::fabs(v.as_double()));
+  if (name == "int") {
+    if (v.t == T::Str) {
+      try {
+        return Value::integer(std::stoll(v.s));
+      } catch (...) {
+        return Value::integer(0);
+      }
+    }
+    return Value::integer(v.is_number() ? static_cast<int64_t>(v.as_double()) : 0);
+  }
+  if (name == "float") {
+    if (v.t == T::Str) {
+      try {
+        return Value::number(std::stod(v.s));
+      } catch (...) {
+        return Value::number(0);
+      }
+    }
+    return Value::number(v.is_number() ? v.as_double() : 0);
+  }
+  if (name == "sort" || name == "min" || name == "max" || name == "sum") {
+    std::vector<Value> l = iterate(v, line);
+    if (name == "sum") {
+      Value acc = Value::integer(0);
+      for (const Value& x : l) acc = binary("+", acc, x, line);
+      return acc;
+    }
+    std::stable_sort(l.begin(), l.end(), [&](const Value& x, const Value& y) { return less(x, y, line); });
+    if (name == "sort") return Value::new_list(std::move(l));
+    if (l.empty()) return Value();
+    return name == "min" ? l.front() : l.back();
+  }
+  err(line, "unsupported filter '" + name + "'");
+}
+
+Flow Interp::exec(const Node& n, Scope& sc, std::string& out) {
+  switch (n.k) {
+    case Node::K::Text: out += n.text; return Flow::Normal;
+    case Node::K::Out: out += py_str(eval(*n.e, sc)); return Flow::Normal;
+    case Node::K::If:
+      for (const auto& [c, body] : n.branches)
+        if (eval(*c, sc).truthy()) return exec(body, sc, out);
+      return exec(n.else_body, sc, out);
+    case Node::K::For: {
+      std::vector<Value> items = iterate(eval(*n.e, sc), n.line);
+      std::vector<Value> kept;
+      Scope body_scope{&sc, {}};
+      for (const Value& it : items) {  // `for x in y if cond`: filtered before the loop counts
+        if (n.cond) {
+          body_scope.vars.clear();
+          if (n.targets.size() == 1) body_scope.set(n.targets[0], it);
+          if (!eval(*n.cond, body_scope).truthy()) continue;
+        }
+        kept.push_back(it);
+      }
+      if (kept.empty()) return exec(n.else_body, sc, out);
+      const int64_t len = static_cast<int64_t>(kept.size());
+      for (int64_t k = 0; k < len; ++k) {
+        if (++iterations > kMaxIterations) err(n.line, "too many loop iterations");
+        Scope s{&sc, {}};
+        const Value& it = kept[k];
+        if (n.targets.size() == 1) {
+          s.set(n.targets[0], it);
+        } else {
+          std::vector<Value> parts = iterate(it, n.line);
+          if (parts.size() != n.targets.size()) err(n.line, "cannot unpack " + py_repr(it));
+          for (size_t t = 0; t < parts.size(); ++t) s.set(n.targets[t], parts[t]);
+        }
+        Value loop = Value::new_dict();
+        loop.put("index", Value::integer(k + 1));
+        loop.put("index0", Value::integer(k));
+        loop.put("revindex", Value::integer(len - k));
+        loop.put("revindex0", Value::integer(len - k - 1));
+        loop.put("first", Value::boolean(k == 0));
+        loop.put("last", Value::boolean(k == len - 1));
+        loop.put("length", Value::integer(len));
+        loop.put("previtem", k > 0 ? kept[k - 1] : Value());
+        loop.put("nextitem", k + 1 < len ? kept[k + 1] : Value());
+        s.set("loop", loop);
+        Flow f = exec(n.body, s, out);
+        if (f == Flow::Break) break;
+      }
+      return Flow::Normal;
+    }
+    case Node::K::Set: {
+      Value v = eval(*n.e, sc);
+      if (n.attr.empty()) {
+        sc.set(n.text, v);
+      } else {
+        Value* ns = sc.find(n.text);
+        if (!ns || ns->t != Value::T::Dict) err(n.line, "'" + n.text + "' is not a namespace");
+        ns->put(n.attr, v);
+      }
+      return Flow::Normal;
+    }
+    case Node::K::SetBlock: {
+      std::string s;
+      exec(n.body, sc, s);
+      sc.set(n.text, Value::str(s));
+      return Flow::Normal;
+    }
+    case Node::K::Macro: {
+      const Node* def = &n;
+      Scope* home = &sc;
+      sc.set(n.text, Value::func([this, def, home](const Args& a) {
+        if (++depth > kMaxMacroDepth) err(def->line, "macros nest too deeply");
+        Scope s{home, {}};
+        for (size_t k = 0; k < def->targets.size(); ++k) {
+          const Value* v = a.get(k, def->targets[k].c_str());
+          s.set(def->targets[k], v ? *v : def->defaults[k] ? eval(*def->defaults[k], *home) : Value());
+        }
+        std::string out;
+        exec(def->body, s, out);
+        --depth;
+        return Value::str(out);
+      }));
+      return Flow::Normal;
+    }
+    case Node::K::FilterBlock: {
+      std::string s;
+      exec(n.body, sc, s);
+      Args a;
+      for (size_t k = 1; k < n.e->kids.size(); ++k) a.pos.push_back(eval(*n.e->kids[k], sc));
+      out += py_str(filter(n.e->name, Value::str(s), a, n.line, sc));
+      return Flow::Normal;
+    }
+    case Node::K::Break: return Flow::Break;
+    case Node::K::Continue: return Flow::Continue;
+  }
+  return Flow::Normal;
+}
+
+}  // namespace kvlm::jinja
+
+namespace kvlm {
+
+ChatTemplate::ChatTemplate(const std::string& source) : tpl_(jinja::parse_template(source)) {}
+ChatTemplate::~ChatTemplate() = default;
+
+std::string ChatTemplate::render(const nlohmann::json& messages, bool add_generation_prompt, const std::string& bos_token,
+                                 const std::string& eos_token, const nlohmann::json& extra) const {
+  using jinja::Value;
+  jinja::Scope globals;
+  globals.set("messages", Value::from_json(messages));
+  globals.set("add_generation_prompt", Value::boolean(add_generation_prompt));
+  globals.set("bos_token", Value::str(bos_token));
+  globals.set("eos_token", Value::str(eos_token));
+  for (auto it = extra.begin(); it != extra.end(); ++it) globals.set(it.key(), Value::from_json(it.value()));
+  globals.set("raise_exception", Value::func([](const jinja::Args& a) -> Value {
+    fail("the template refused the conversation: ", a.pos.empty() ? std::string("(no message)") : jinja::py_str(a.pos[0]));
+  }));
+  globals.set("strftime_now", Value::func([](const jinja::Args& a) {
+    std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char buf[256];
+    std::string fmt = a.pos.empty() ? "%Y-%m-%d" : jinja::py_str(a.pos[0]);
+    size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
+    return Value::str(std::string(buf, n));
+  }));
+  globals.set("namespace", Value::func([](const jinja::Args& a) {
+    Value d = Value::new_dict();
+    for (const auto& [k, v] : a.kw) d.put(k, v);
+    return d;
+  }));
+  globals.set("range", Value::func([](const jinja::Args& a) {
+    int64_t lo = 0, hi = 0, step = 1;
+    if (a.pos.size() == 1) hi = a.pos[0].i;
+    if (a.pos.size() >= 2) lo = a.pos[0].i, hi = a.pos[1].i;
+    if (a.pos.size() >= 3) step = a.pos[2].i;
+    if (step == 0 || (hi - lo) / step > 1000000) fail("range() too large");
+    jinja::List l;
+    for (int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) l.push_back(Value::integer(k));
+    return Value::new_list(std::move(l));
+  }));
+  jinja::Interp in;
+  std::string out;
+  in.exec(tpl_->body, globals, out);
+  return out;
+}
+
+}  // namespace kvlm

@@ -1,0 +1,63 @@
+// Values of the Jinja subset: Python's None/bool/int/float/str/list/dict, plus Undefined and
+// callables. Lists and dicts are shared (reference semantics, as in Python), which is what lets
+// `{% set ns.x = ... %}` change a namespace from inside a loop.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvlm::jinja {
+
+struct Value;
+using List = std::vector<Value>;
+using Dict = std::vector<std::pair<std::string, Value>>;  // insertion-ordered, like Python's dict
+
+struct Args {
+  std::vector<Value> pos;
+  std::vector<std::pair<std::string, Value>> kw;
+  const Value* get(size_t i, const char* name) const;  // positional i, else keyword `name`
+};
+
+struct Value {
+  enum class T { Undefined, None, Bool, Int, Float, Str, List, Dict, Func };
+  T t = T::Undefined;
+  bool b = false;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;
+  std::shared_ptr<List> list;
+  std::shared_ptr<Dict> dict;
+  std::shared_ptr<std::function<Value(const Args&)>> fn;
+
+  static Value none() { Value v; v.t = T::None; return v; }
+  static Value boolean(bool x) { Value v; v.t = T::Bool; v.b = x; return v; }
+  static Value integer(int64_t x) { Value v; v.t = T::Int; v.i = x; return v; }
+  static Value number(double x) { Value v; v.t = T::Float; v.f = x; return v; }
+  static Value str(std::string x) { Value v; v.t = T::Str; v.s = std::move(x); return v; }
+  static Value new_list(List l = {}) { Value v; v.t = T::List; v.list = std::make_shared<List>(std::move(l)); return v; }
+  static Value new_dict(Dict d = {}) { Value v; v.t = T::Dict; v.dict = std::make_shared<Dict>(std::move(d)); return v; }
+  static Value func(std::function<Value(const Args&)> f) {
+    Value v; v.t = T::Func; v.fn = std::make_shared<std::function<Value(const Args&)>>(std::move(f)); return v;
+  }
+  static Value from_json(const nlohmann::json& j);
+
+  bool defined() const { return t != T::Undefined; }
+  bool is_number() const { return t == T::Int || t == T::Float || t == T::Bool; }
+  double as_double() const { return t == T::Float ? f : t == T::Bool ? (b ? 1 : 0) : static_cast<double>(i); }
+  bool truthy() const;
+  const Value* find(const std::string& key) const;  // dict item, or null
+  void put(const std::string& key, Value v);        // dict item set (insert or replace)
+};
+
+bool equal(const Value& a, const Value& b);
+std::string py_str(const Value& v);   // Python str(): what {{ v }} prints
+std::string py_repr(const Value& v);  // Python repr()
+// Python json.dumps(v, ensure_ascii=False, indent=indent, separators=default), as transformers' tojson.
+std::string py_json(const Value& v, int indent = -1, int depth = 0);
+
+}  // namespace kvlm::jinja
