@@ -11,3 +11,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
+
+# Python packages for the server tests (the real openai client) in a venv of the project's own.
+# The version pins are a floor the tests were written against; the venv is reused when present.
+VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import openai, pytest" >/dev/null 2>&1; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "openai>=1.40" "pytest>=7"
+fi
+

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "core/error.h"
 #include "model/forward.h"
@@ -180,10 +181,30 @@ std::vector<StepEvent> Engine::step() {
     batch.push_back(&s);
     ++i;
   }
-  // 2. Admit waiting sequences in order while they fit.
+  // 2. Admit waiting sequences in order while they fit. A prompt that shares a full block with
+  // one being computed in this very step waits one step and then finds it in the prefix cache:
+  // prompts that arrive together compute their common prefix once.
+  std::set<BlockHash> inflight;
+  auto note_inflight = [&](const Sequence& s) {
+    if (!opt_.prefix_cache) return;
+    for (const BlockHash& h : block_hashes(s))
+      if (pool_->lookup(h) < 0) inflight.insert(h);
+  };
+  for (Sequence* s : batch)
+    if (todo(*s) > 1) note_inflight(*s);
   if (batch.size() == running_.size()) {
     while (!waiting_.empty()) {
+      if (opt_.max_seqs > 0 && static_cast<int>(running_.size()) >= opt_.max_seqs) break;
       Sequence& s = *seqs_.at(waiting_.front());
+      if (!inflight.empty()) {
+        bool shares = false;
+        for (const BlockHash& h : block_hashes(s))
+          if (inflight.count(h)) shares = true;
+        if (shares) {
+          ++stats_.deferred_admissions;
+          break;
+        }
+      }
       int total_need = (static_cast<int>(s.tokens.size()) + opt_.block_size - 1) / opt_.block_size;
       if (total_need > pool_->num_blocks()) {  // can never fit: fail it, keep serving the others
         int id = s.id;
@@ -196,6 +217,7 @@ std::vector<StepEvent> Engine::step() {
       waiting_.pop_front();
       reserved += need(s, todo(s));
       batch.push_back(&s);
+      note_inflight(s);
     }
   }
   if (batch.empty()) return events;
@@ -235,6 +257,14 @@ std::vector<StepEvent> Engine::step() {
     if (stop) finish(s, SeqState::Finished);
   }
   return events;
+}
+
+std::vector<BlockHash> Engine::block_hashes(const Sequence& s) const {
+  std::vector<BlockHash> out;
+  const int bs = opt_.block_size;
+  for (int b = 0; (b + 1) * bs <= static_cast<int>(s.tokens.size()); ++b)
+    out.push_back(chain_block_hash(out.empty() ? nullptr : &out.back(), s.params.salt, s.tokens.data() + b * bs, bs));
+  return out;
 }
 
 KvLedger Engine::ledger() const {

@@ -24,6 +24,7 @@ struct EngineOptions {
   int context = 0;               // per-sequence limit; 0 = the model's max_seq_len
   KvDtype kv_dtype = KvDtype::F32;  // precision of the pages
   int kv_residual = 128;         // newest positions each sequence also keeps at f32 (quantized pages)
+  int max_seqs = 0;              // sequences decoded together; 0 = as many as the pool holds
 };
 
 struct SeqParams {
@@ -63,6 +64,7 @@ struct StepEvent {
 
 struct EngineStats {
   long steps = 0, prompt_tokens = 0, reused_tokens = 0, computed_tokens = 0, generated_tokens = 0, preemptions = 0;
+  long deferred_admissions = 0;  // waits of one step to share a prefix another prompt is computing
   double prefix_hit_rate() const { return prompt_tokens ? static_cast<double>(reused_tokens) / prompt_tokens : 0.0; }
 };
 
@@ -91,6 +93,8 @@ class Engine {
   void preempt(Sequence& s);
   void finish(Sequence& s, SeqState st, const std::string& error = "");
   bool admit(Sequence& s, int& budget, int reserved, bool alone);
+  // Chained hashes of the full blocks of s's tokens (the prefix-cache keys).
+  std::vector<BlockHash> block_hashes(const Sequence& s) const;
   int todo(const Sequence& s) const { return static_cast<int>(s.tokens.size()) - s.cache->length(); }
   double now_ms() const;
 

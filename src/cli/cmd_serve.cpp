@@ -1,0 +1,134 @@
+// kvlm serve: the OpenAI-compatible HTTP server. It listens at once and answers /health with
+// 503 while the model loads, then 200; SIGINT/SIGTERM stop it cleanly.
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/read_file.h"
+#include "server/http_server.h"
+#include "tokenizer/chat_template.h"
+
+namespace kvlm::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, tokenizer, weights, kv_dtype = "f32", kv_capacity, chat_template, host = "127.0.0.1", model_name;
+  int port = 8080, kv_residual = 128, block_size = 16, kv_blocks = 0, max_seqs = 16, ctx = 0, max_batch_tokens = 4096;
+  int http_threads = 8;
+  size_t max_body = 4 << 20;
+};
+
+int run_serve(const ServeArgs& a) {
+  const KvDtype kv_dtype = parse_kv_dtype(a.kv_dtype);
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.model_name = a.model_name.empty() ? a.model : a.model_name;
+  so.max_body_bytes = a.max_body;
+  so.http_threads = a.http_threads;
+  // SIGINT/SIGTERM are taken by one thread with sigwait (a handler may not stop the server).
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  server::HttpServer http(so);
+  const int port = http.bind();
+  std::fprintf(stderr, "[kvlm] serve: listening on http://%s:%d (loading %s)\n", a.host.c_str(), port, a.model.c_str());
+  std::fflush(stderr);
+
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<ChatTemplate> tpl;
+  std::unique_ptr<server::EngineLoop> loop;
+  std::string load_error;
+  std::thread loader([&] {
+    try {
+      model = load_model(a.model, a.weights);
+      tok = load_tokenizer_for(a.model, a.tokenizer, *model);
+      std::string bos, eos;
+      std::string source = a.chat_template.empty() ? find_chat_template(a.model, &bos, &eos) : read_file(a.chat_template);
+      if (source.empty() && !tok->chat_template.empty()) source = tok->chat_template;
+      if (!source.empty()) tpl = std::make_unique<ChatTemplate>(source);  // an unrenderable template fails here
+      EngineOptions eo;
+      eo.block_size = a.block_size;
+      eo.context = a.ctx > 0 ? a.ctx : model->cfg.max_seq_len;
+      eo.kv_dtype = kv_dtype;
+      eo.kv_residual = a.kv_residual;
+      eo.max_seqs = a.max_seqs;
+      eo.max_batch_tokens = a.max_batch_tokens;
+      const KvRowCodec row{kv_dtype, model->cfg.kv_dim(), model->cfg.head_dim};
+      const size_t block_bytes = 2ull * model->cfg.n_layers * row.bytes() * a.block_size;
+      if (a.kv_blocks > 0) {
+        eo.num_blocks = a.kv_blocks;
+      } else if (!a.kv_capacity.empty()) {
+        eo.num_blocks = parse_kv_capacity(a.kv_capacity, block_bytes, a.block_size);
+      } else {
+        // Room for --max-seqs sequences at the full context, capped at half the free memory.
+        size_t want = static_cast<size_t>(a.max_seqs) * ((eo.context + a.block_size - 1) / a.block_size);
+        size_t cap = std::max<size_t>(1, available_memory_bytes() / 2 / block_bytes);
+        eo.num_blocks = static_cast<int>(std::min({want, cap, size_t{1} << 24}));
+      }
+      loop = std::make_unique<server::EngineLoop>(*model, eo);
+      server::Backend b;
+      b.model = model.get();
+      b.tokenizer = tok.get();
+      b.chat_template = tpl.get();
+      b.loop = loop.get();
+      b.context = eo.context;
+      http.set_backend(b);
+      std::fprintf(stderr, "[kvlm] serve: ready: %s, context %d, KV pool %d blocks of %d tokens (%s), chat template %s\n",
+                   so.model_name.c_str(), eo.context, eo.num_blocks, a.block_size,
+                   format_bytes(static_cast<double>(eo.num_blocks) * block_bytes).c_str(), tpl ? "yes" : "none");
+    } catch (const std::exception& e) {
+      load_error = e.what();
+      http.stop();
+    }
+  });
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (sig == SIGINT || sig == SIGTERM) http.stop();
+  });
+  signals.detach();  // ends with the process
+  http.listen();
+  loader.join();
+  loop.reset();  // the engine thread stops before the model it reads goes away
+  if (!load_error.empty()) fail(load_error);
+  std::fprintf(stderr, "[kvlm] serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (continuous batching, prefix sharing)");
+  sub->add_option("--model", a->model, "llama2.c .bin, GGUF file or Hugging Face folder")->required();
+  sub->add_option("--model-name", a->model_name, "the name clients use in 'model' (default: the --model path)");
+  sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
+  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
+  sub->add_option("--host", a->host, "address to listen on (default 127.0.0.1)");
+  sub->add_option("--port", a->port, "port (default 8080; 0 = any free port, printed at start)")->check(CLI::Range(0, 65535));
+  sub->add_option("--max-seqs", a->max_seqs, "sequences decoded together (default 16)")->check(CLI::Range(1, 4096));
+  sub->add_option("--ctx", a->ctx, "per-request context (default: the model's)")->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: the model's own)");
+  sub->add_option("--kv-dtype", a->kv_dtype, "KV page element type: f32 (default), bf16, int8, int4");
+  sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with quantized pages (default 128)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--kv-capacity", a->kv_capacity, "KV pool capacity: tokens (4096 or 4096tok) or bytes (64MB, 1GB)");
+  sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks")->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--block-size", a->block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
+  sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--http-threads", a->http_threads, "HTTP worker threads (default 8; they sleep while waiting)")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--max-body", a->max_body, "largest request body in bytes (default 4 MiB)")->check(CLI::Range(1024, 1 << 30));
+  return [a] { return run_serve(*a); };
+}
+
+}  // namespace kvlm::cli

@@ -1,0 +1,459 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <random>
+
+#include "core/error.h"
+#include "server/text_stream.h"
+
+namespace kvlm::server {
+
+using nlohmann::json;
+
+namespace {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(dump(e.to_json()), "application/json");
+}
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
+  return std::string(prefix) + buf;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Follows one job: turns the engine's tokens into text deltas per choice (stop strings held back
+// and cut), and tells the engine to stop a choice whose stop string matched.
+class Responder {
+ public:
+  Responder(std::shared_ptr<Job> job, const GenerationRequest& req, const Tokenizer& tok, EngineLoop& loop,
+            int prompt_tokens, int prev_token, std::string model)
+      : job_(std::move(job)), req_(req), tok_(tok), loop_(loop), prompt_tokens_(prompt_tokens), model_(std::move(model)),
+        id_(random_id(req.chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()) {
+    for (int c = 0; c < req.n; ++c) {
+      streams_.emplace_back(tok, prev_token, req.stop);
+      consumed_.push_back(0);
+      text_.emplace_back();
+      done_.push_back(false);
+      reasons_.emplace_back();
+      lp_.emplace_back();
+    }
+  }
+
+  struct Delta {
+    int choice;
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+    std::string finish_reason;  // set on the choice's last delta
+  };
+
+  // Waits up to `wait` for news; returns the deltas since the last call. `finished` when every
+  // choice has ended.
+  std::vector<Delta> poll(std::chrono::milliseconds wait, bool& finished) {
+    std::vector<Delta> out;
+    std::vector<std::vector<int>> fresh(req_.n);
+    std::vector<std::vector<TokenLogprob>> fresh_lp(req_.n);
+    std::vector<bool> ended(req_.n);
+    std::vector<std::string> reason(req_.n);
+    {
+      std::unique_lock<std::mutex> lock(job_->mu);
+      auto news = [&] {
+        for (int c = 0; c < req_.n; ++c)
+          if (!done_[c] && (job_->choices[c].tokens.size() > consumed_[c] || job_->choices[c].finished)) return true;
+        return false;
+      };
+      job_->cv.wait_for(lock, wait, news);
+      error_ = job_->error;
+      cached_tokens_ = job_->cached_tokens;
+      for (int c = 0; c < req_.n; ++c) {
+        const ChoiceState& ch = job_->choices[c];
+        fresh[c].assign(ch.tokens.begin() + consumed_[c], ch.tokens.end());
+        if (!ch.logprobs.empty()) fresh_lp[c].assign(ch.logprobs.begin() + consumed_[c], ch.logprobs.end());
+        consumed_[c] = ch.tokens.size();
+        ended[c] = ch.finished;
+        reason[c] = ch.finish_reason;
+      }
+    }
+    bool poke = false;
+    for (int c = 0; c < req_.n; ++c) {
+      if (done_[c]) continue;
+      Delta d{c, "", {}, ""};
+      for (size_t i = 0; i < fresh[c].size() && !streams_[c].stopped(); ++i) {
+        d.text += streams_[c].push(fresh[c][i]);
+        ++completion_tokens_;
+        if (i < fresh_lp[c].size()) d.logprobs.push_back(fresh_lp[c][i]);
+      }
+      if (streams_[c].stopped()) {  // a stop string: this choice ends here, whatever the engine does
+        std::lock_guard<std::mutex> lock(job_->mu);
+        job_->choices[c].cancel = true;
+        poke = true;
+        ended[c] = true;
+        reason[c] = "stop";
+      }
+      if (ended[c]) {
+        d.text += streams_[c].flush();
+        d.finish_reason = reason[c] == "error" || reason[c] == "cancelled" ? "stop" : reason[c];
+        done_[c] = true;
+        reasons_[c] = d.finish_reason;
+      }
+      text_[c] += d.text;
+      for (auto& l : d.logprobs) lp_[c].push_back(l);
+      if (!d.text.empty() || !d.finish_reason.empty() || !d.logprobs.empty()) out.push_back(std::move(d));
+    }
+    if (poke) loop_.poke();
+    finished = true;
+    for (bool d : done_) finished = finished && d;
+    return out;
+  }
+
+  void cancel() {
+    {
+      std::lock_guard<std::mutex> lock(job_->mu);
+      job_->cancelled = true;
+    }
+    loop_.poke();
+  }
+
+  json usage() const {
+    return {{"prompt_tokens", prompt_tokens_},
+            {"completion_tokens", completion_tokens_},
+            {"total_tokens", prompt_tokens_ + completion_tokens_},
+            {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
+  }
+
+  json logprobs_json(const std::vector<TokenLogprob>& lps) const {
+    if (!req_.logprobs) return nullptr;
+    auto piece = [&](int t) { return tok_.decode(-2, t); };
+    if (req_.chat) {
+      json content = json::array();
+      for (const TokenLogprob& l : lps) {
+        json top = json::array();
+        for (auto& [t, lp] : l.top) top.push_back({{"token", piece(t)}, {"logprob", lp}});
+        content.push_back({{"token", piece(l.token)}, {"logprob", l.logprob}, {"top_logprobs", top}});
+      }
+      return {{"content", content}};
+    }
+    json tokens = json::array(), token_lps = json::array(), tops = json::array();
+    for (const TokenLogprob& l : lps) {
+      tokens.push_back(piece(l.token));
+      token_lps.push_back(l.logprob);
+      json top = json::object();
+      for (auto& [t, lp] : l.top) top[piece(t)] = lp;
+      tops.push_back(top);
+    }
+    return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}};
+  }
+
+  json chunk(const Delta& d, bool first) const {
+    json choice = {{"index", d.choice}, {"logprobs", logprobs_json(d.logprobs)},
+                   {"finish_reason", d.finish_reason.empty() ? json(nullptr) : json(d.finish_reason)}};
+    if (req_.chat) {
+      json delta = json::object();
+      if (first) delta["role"] = "assistant";
+      if (!d.text.empty() || first) delta["content"] = d.text;
+      choice["delta"] = delta;
+    } else {
+      choice["text"] = d.text;
+    }
+    return {{"id", id_}, {"object", req_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
+            {"model", model_}, {"choices", json::array({choice})}};
+  }
+
+  json usage_chunk() const {
+    return {{"id", id_}, {"object", req_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
+            {"model", model_}, {"choices", json::array()}, {"usage", usage()}};
+  }
+
+  json whole() const {
+    json choices = json::array();
+    for (int c = 0; c < req_.n; ++c) {
+      json ch = {{"index", c}, {"logprobs", logprobs_json(lp_[c])}, {"finish_reason", reasons_[c]}};
+      if (req_.chat)
+        ch["message"] = {{"role", "assistant"}, {"content", text_[c]}};
+      else
+        ch["text"] = text_[c];
+      choices.push_back(ch);
+    }
+    return {{"id", id_}, {"object", req_.chat ? "chat.completion" : "text_completion"}, {"created", created_},
+            {"model", model_}, {"choices", choices}, {"usage", usage()}};
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  std::shared_ptr<Job> job_;
+  GenerationRequest req_;
+  const Tokenizer& tok_;
+  EngineLoop& loop_;
+  int prompt_tokens_;
+  std::string model_, id_;
+  int64_t created_;
+  std::vector<TextStream> streams_;
+  std::vector<size_t> consumed_;
+  std::vector<std::string> text_;
+  std::vector<bool> done_;
+  std::vector<std::string> reasons_;
+  std::vector<std::vector<TokenLogprob>> lp_;
+  std::string error_;
+  int completion_tokens_ = 0, cached_tokens_ = 0;
+};
+
+}  // namespace
+
+HttpServer::HttpServer(ServerOptions opt) : opt_(std::move(opt)), http_(std::make_unique<httplib::Server>()) {
+  const int threads = opt_.http_threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(opt_.max_body_bytes);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
+  routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+  int port = opt_.port;
+  if (port == 0) {
+    port = http_->bind_to_any_port(opt_.host);
+  } else if (!http_->bind_to_port(opt_.host, port)) {
+    port = -1;
+  }
+  if (port < 0) fail("cannot listen on ", opt_.host, ":", opt_.port, " (in use, or not an address of this machine)");
+  return port;
+}
+
+void HttpServer::set_backend(const Backend& b) {
+  backend_ = b;
+  ready_.store(true, std::memory_order_release);
+}
+
+void HttpServer::listen() { http_->listen_after_bind(); }
+void HttpServer::stop() { http_->stop(); }
+
+void HttpServer::routes() {
+  httplib::Server& s = *http_;
+  // Errors of the HTTP layer itself (body too large, unknown route) in OpenAI's shape too.
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e{res.status, res.status == 413 ? "the request body is over the size limit" :
+                           res.status == 404 ? "no such route" : "request failed",
+               res.status == 404 ? "not_found_error" : "invalid_request_error", "", ""};
+    res.set_content(dump(e.to_json()), "application/json");
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    ApiError e{500, "internal error", "server_error", "", ""};
+    try {
+      std::rethrow_exception(ep);
+    } catch (const ApiError& a) {
+      e = a;
+    } catch (const std::exception& x) {
+      e.message = std::string("internal error: ") + x.what();
+    }
+    send_error(res, e);
+  });
+  auto ready = [this](httplib::Response& res) {
+    if (ready_.load(std::memory_order_acquire)) return true;
+    send_error(res, ApiError{503, "the model is still loading", "server_error", "", "model_loading"});
+    return false;
+  };
+
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    bool ok = ready_.load(std::memory_order_acquire);
+    res.status = ok ? 200 : 503;
+    res.set_content(ok ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
+  });
+
+  s.Get("/v1/models", [this, ready](const httplib::Request&, httplib::Response& res) {
+    if (!ready(res)) return;
+    json m = {{"id", opt_.model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "kvlm"},
+              {"max_model_len", backend_.context}};
+    res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+  });
+
+  // The engine's state: queue, pool blocks and the KV ledger (tests read it to see blocks return).
+  s.Get("/v1/kv", [this, ready](const httplib::Request&, httplib::Response& res) {
+    if (!ready(res)) return;
+    res.set_content(dump(backend_.loop->status()), "application/json");
+  });
+
+  s.Post("/tokenize", [this, ready](const httplib::Request& req, httplib::Response& res) {
+    if (!ready(res)) return;
+    json j = parse_body(req.body);
+    if (!j.contains("content") || !j["content"].is_string()) throw ApiError{400, "'content' must be a string", "invalid_request_error", "content", ""};
+    bool special = j.value("add_special", false);
+    std::string text = j["content"].get<std::string>();
+    std::vector<int> ids = special ? backend_.tokenizer->encode_prompt(text) : backend_.tokenizer->encode(text);
+    json out = {{"tokens", ids}};
+    if (j.value("with_pieces", false)) {
+      json pieces = json::array();
+      for (int id : ids) pieces.push_back({{"id", id}, {"piece", backend_.tokenizer->decode(-2, id)}});
+      out["tokens"] = pieces;
+    }
+    res.set_content(dump(out), "application/json");
+  });
+
+  s.Post("/detokenize", [this, ready](const httplib::Request& req, httplib::Response& res) {
+    if (!ready(res)) return;
+    json j = parse_body(req.body);
+    if (!j.contains("tokens") || !j["tokens"].is_array()) throw ApiError{400, "'tokens' must be a list of token ids", "invalid_request_error", "tokens", ""};
+    std::vector<int> ids;
+    for (const json& t : j["tokens"]) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= backend_.tokenizer->vocab_size())
+        throw ApiError{400, "token id " + t.dump() + " is outside the vocabulary", "invalid_request_error", "tokens", ""};
+      ids.push_back(t.get<int>());
+    }
+    res.set_content(dump({{"content", backend_.tokenizer->decode_all(ids)}}), "application/json");
+  });
+
+  auto render_chat = [this](const json& messages, bool add_generation_prompt) {
+    if (!backend_.chat_template)
+      throw ApiError{400, "this model has no chat template; use /v1/completions, or start the server with --chat-template FILE",
+                     "invalid_request_error", "messages", "no_chat_template"};
+    const Tokenizer& t = *backend_.tokenizer;
+    std::string bos = t.bos_id >= 0 ? t.decode(-2, t.bos_id) : "", eos = t.eos_id >= 0 ? t.decode(-2, t.eos_id) : "";
+    try {
+      return backend_.chat_template->render(messages, add_generation_prompt, bos, eos);
+    } catch (const KvlmError& e) {
+      throw ApiError{400, std::string("chat template: ") + e.what(), "invalid_request_error", "messages", ""};
+    }
+  };
+
+  s.Post("/apply-template", [this, ready, render_chat](const httplib::Request& req, httplib::Response& res) {
+    if (!ready(res)) return;
+    GenerationRequest r = parse_generation_request(req.body, true, opt_.limits);
+    res.set_content(dump({{"prompt", render_chat(r.raw_messages, true)}}), "application/json");
+  });
+
+  auto generate = [this, ready, render_chat](const httplib::Request& req, httplib::Response& res, bool chat) {
+    if (!ready(res)) return;
+    GenerationRequest r = parse_generation_request(req.body, chat, opt_.limits);
+    if (!r.model.empty() && r.model != opt_.model_name)
+      throw ApiError{404, "the model '" + r.model + "' does not exist (this server serves '" + opt_.model_name + "')",
+                     "invalid_request_error", "model", "model_not_found"};
+    const Tokenizer& tok = *backend_.tokenizer;
+    std::vector<int> prompt;
+    if (chat) {
+      // The template writes BOS itself where the model wants one; specials in it become ids.
+      prompt = tok.encode_with_specials(render_chat(r.raw_messages, true));
+    } else if (r.prompt_is_ids) {
+      prompt = r.prompt_ids;
+    } else {
+      prompt = tok.encode_prompt(r.prompt_text);
+    }
+    const int vocab = backend_.model->cfg.vocab_size, ctx = backend_.context;
+    if (prompt.empty()) throw ApiError{400, "the prompt is empty", "invalid_request_error", chat ? "messages" : "prompt", ""};
+    for (int id : prompt)
+      if (id < 0 || id >= vocab)
+        throw ApiError{400, "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab),
+                       "invalid_request_error", "prompt", ""};
+    const int plen = static_cast<int>(prompt.size());
+    if (plen >= ctx)
+      throw ApiError{400, "the prompt has " + std::to_string(plen) + " tokens; this model's context is " + std::to_string(ctx) +
+                              " tokens, which leaves no room to generate", "invalid_request_error", chat ? "messages" : "prompt",
+                     "context_length_exceeded"};
+    if (r.max_tokens > 0 && plen + r.max_tokens > ctx)
+      throw ApiError{400, "the prompt (" + std::to_string(plen) + " tokens) plus max_tokens (" + std::to_string(r.max_tokens) +
+                              ") exceed this model's context of " + std::to_string(ctx) + " tokens",
+                     "invalid_request_error", "max_tokens", "context_length_exceeded"};
+    auto job = std::make_shared<Job>();
+    job->n = r.n;
+    job->want_logprobs = r.logprobs;
+    job->top_logprobs = r.top_logprobs;
+    SeqParams& p = job->params;
+    p.prompt = prompt;
+    p.max_new_tokens = r.max_tokens > 0 ? r.max_tokens : ctx - plen;
+    p.stop_at_eos = !r.ignore_eos;
+    static std::atomic<uint64_t> seed_counter{std::random_device{}()};
+    p.sampling = {r.temperature, r.top_k, r.top_p, r.seed ? *r.seed : seed_counter.fetch_add(0x9E3779B97F4A7C15ull),
+                  tok.vocab_size()};
+    backend_.loop->submit(job);
+    auto resp = std::make_shared<Responder>(job, r, tok, *backend_.loop, plen, prompt.back(), opt_.model_name);
+    if (r.stream) {
+      auto first = std::make_shared<std::vector<bool>>(r.n, true);
+      bool usage = r.include_usage;
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider("text/event-stream", [resp, first, usage](size_t, httplib::DataSink& sink) {
+        bool finished = false;
+        auto deltas = resp->poll(std::chrono::milliseconds(1000), finished);
+        auto send = [&](const json& j) {
+          std::string line = "data: " + dump(j) + "\n\n";
+          return sink.write(line.data(), line.size());
+        };
+        if (!resp->error().empty() && finished) {
+          ApiError e{500, resp->error(), "server_error", "", ""};
+          send(e.to_json());
+        }
+        for (const auto& d : deltas) {
+          if (!send(resp->chunk(d, (*first)[d.choice]))) {
+            resp->cancel();  // the client went away
+            return false;
+          }
+          (*first)[d.choice] = false;
+        }
+        if (deltas.empty() && !finished) {
+          static const char kBeat[] = ": keep-alive\n\n";  // an SSE comment: how a vanished client is noticed
+          if (!sink.write(kBeat, sizeof kBeat - 1)) {
+            resp->cancel();
+            return false;
+          }
+        }
+        if (finished) {
+          if (usage) send(resp->usage_chunk());
+          static const char kDone[] = "data: [DONE]\n\n";
+          sink.write(kDone, sizeof kDone - 1);
+          sink.done();
+        }
+        return true;
+      }, [resp](bool success) {
+        if (!success) resp->cancel();
+      });
+      return;
+    }
+    // Whole response. Wait for the first token first, so that a failure at admission gets its
+    // own status code; after that, leading whitespace (valid JSON) is written while waiting, so
+    // a client that disconnected is noticed (the write fails) and its sequence cancelled.
+    bool finished = false;
+    bool started = false;
+    while (!started) {
+      resp->poll(std::chrono::milliseconds(200), finished);
+      std::lock_guard<std::mutex> lock(job->mu);
+      started = job->started || finished;
+    }
+    if (finished && !resp->error().empty()) {
+      send_error(res, ApiError{400, resp->error(), "invalid_request_error", "", ""});
+      return;
+    }
+    res.set_chunked_content_provider("application/json", [resp, finished](size_t, httplib::DataSink& sink) mutable {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (!finished && std::chrono::steady_clock::now() < deadline) resp->poll(std::chrono::milliseconds(250), finished);
+      if (!finished) {
+        if (!sink.write(" ", 1)) {
+          resp->cancel();
+          return false;
+        }
+        return true;
+      }
+      std::string body = resp->error().empty() ? dump(resp->whole())
+                                               : dump(ApiError{500, resp->error(), "server_error", "", ""}.to_json());
+      sink.write(body.data(), body.size());
+      sink.done();
+      return true;
+    }, [resp](bool success) {
+      if (!success) resp->cancel();
+    });
+  };
+  s.Post("/v1/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
+  s.Post("/v1/chat/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
+}
+
+}  // namespace kvlm::server

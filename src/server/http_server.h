@@ -1,0 +1,56 @@
+// kvlm serve's HTTP side: OpenAI-compatible routes on cpp-httplib. Handlers parse, tokenize and
+// validate on their own threads, hand a Job to the EngineLoop, and turn what it produces into
+// JSON or Server-Sent Events; they never call the engine.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "server/api_request.h"
+#include "server/engine_loop.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace kvlm::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string model_name = "kvlm";
+  size_t max_body_bytes = 4 << 20;
+  int http_threads = 8;
+  Limits limits;
+};
+
+// What the handlers serve once the model is loaded (the server answers /health with 503 before).
+struct Backend {
+  const Model* model = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // null: the chat endpoint answers 400
+  EngineLoop* loop = nullptr;
+  int context = 0;
+};
+
+class HttpServer {
+ public:
+  explicit HttpServer(ServerOptions opt);
+  ~HttpServer();
+  // Binds; returns the port (the one asked for, or the one the OS chose for port 0). Throws.
+  int bind();
+  void set_backend(const Backend& b);  // makes the server ready
+  void listen();                       // blocks until stop()
+  void stop();
+
+ private:
+  void routes();
+  ServerOptions opt_;
+  std::unique_ptr<httplib::Server> http_;
+  Backend backend_;
+  std::atomic<bool> ready_{false};
+};
+
+}  // namespace kvlm::server
