@@ -18,8 +18,9 @@ namespace {
 struct ServeArgs {
   std::string model, tokenizer, weights, kv_dtype = "f32", kv_capacity, chat_template, host = "127.0.0.1", model_name;
   int port = 8080, kv_residual = 128, block_size = 16, kv_blocks = 0, max_seqs = 16, ctx = 0, max_batch_tokens = 4096;
-  int http_threads = 8;
+  int http_threads = 0;  // 0: two per --max-seqs, plus four (a stream holds its thread)
   size_t max_body = 4 << 20;
+  bool no_prefix_cache = false;
 };
 
 int run_serve(const ServeArgs& a) {
@@ -29,7 +30,7 @@ int run_serve(const ServeArgs& a) {
   so.port = a.port;
   so.model_name = a.model_name.empty() ? a.model : a.model_name;
   so.max_body_bytes = a.max_body;
-  so.http_threads = a.http_threads;
+  so.http_threads = a.http_threads > 0 ? a.http_threads : 2 * a.max_seqs + 4;
   // SIGINT/SIGTERM are taken by one thread with sigwait (a handler may not stop the server).
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -61,6 +62,7 @@ int run_serve(const ServeArgs& a) {
       eo.kv_residual = a.kv_residual;
       eo.max_seqs = a.max_seqs;
       eo.max_batch_tokens = a.max_batch_tokens;
+      eo.prefix_cache = !a.no_prefix_cache;
       const KvRowCodec row{kv_dtype, model->cfg.kv_dim(), model->cfg.head_dim};
       const size_t block_bytes = 2ull * model->cfg.n_layers * row.bytes() * a.block_size;
       if (a.kv_blocks > 0) {
@@ -125,8 +127,9 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--block-size", a->block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")
       ->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--http-threads", a->http_threads, "HTTP worker threads (default 8; they sleep while waiting)")
+  sub->add_option("--http-threads", a->http_threads, "HTTP worker threads (default 2 x --max-seqs + 4; a streaming request holds one, asleep while it waits)")
       ->check(CLI::Range(1, 1024));
+  sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "compute every prompt in full (for comparisons)");
   sub->add_option("--max-body", a->max_body, "largest request body in bytes (default 4 MiB)")->check(CLI::Range(1024, 1 << 30));
   return [a] { return run_serve(*a); };
 }

@@ -270,3 +270,39 @@ def test_same_answer_under_kv_pressure():
         assert s.kv()["preemptions"] > 0
     finally:
         s.stop()
+
+
+def test_a_new_request_joins_the_running_batch(server):
+    """Continuous batching: a short request sent while a long one streams finishes while the long
+    one is still generating (it never waits for the batch to drain)."""
+    state = {"chunks": 0, "done": False, "usage": None}
+    started = threading.Event()
+
+    def long_stream():
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+        conn.request("POST", "/v1/completions", json.dumps({
+            "prompt": "Once upon a time", "max_tokens": 500, "temperature": 0, "stream": True, "ignore_eos": True,
+            "stream_options": {"include_usage": True}}))
+        res = conn.getresponse()
+        while True:
+            line = res.fp.readline().decode()
+            if not line or line.startswith("data: [DONE]"):
+                break
+            if line.startswith("data: {"):
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    state["usage"] = chunk["usage"]
+                state["chunks"] += 1
+                if state["chunks"] == 2:
+                    started.set()
+        state["done"] = True
+
+    t = threading.Thread(target=long_stream)
+    t.start()
+    assert started.wait(60)
+    status, out = raw(server, json.dumps({"prompt": "The little dog", "max_tokens": 2, "temperature": 0}))
+    long_still_running = not state["done"]
+    t.join(timeout=120)
+    assert status == 200 and json.loads(out)["usage"]["completion_tokens"] == 2
+    assert long_still_running
+    assert state["usage"]["completion_tokens"] == 500
