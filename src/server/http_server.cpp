@@ -1,6 +1,9 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <random>
@@ -13,6 +16,8 @@ namespace kvlm::server {
 using nlohmann::json;
 
 namespace {
+
+constexpr int kHttpNice = 10;  // CFS weight about a tenth of a nice-0 compute thread
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -242,6 +247,17 @@ void HttpServer::stop() { http_->stop(); }
 
 void HttpServer::routes() {
   httplib::Server& s = *http_;
+  // HTTP threads parse, tokenize, render templates and write JSON at a lower priority than the
+  // engine's compute threads: on a machine with as many cores as compute threads, request
+  // traffic then takes the cores only when decode does not (see docs/benchmarks.md, serving).
+  s.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    static thread_local bool lowered = [] {
+      setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kHttpNice);
+      return true;
+    }();
+    (void)lowered;
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   // Errors of the HTTP layer itself (body too large, unknown route) in OpenAI's shape too.
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;

@@ -27,11 +27,11 @@ def need_shared():
 
 
 class Server:
-    def __init__(self, *extra):
+    def __init__(self, *extra, template=CHATML):
         need_shared()
+        tpl = ["--chat-template", template] if template else []
         self.proc = subprocess.Popen([BIN, "serve", "--model", STORIES_HF, "--model-name", "stories", "--port", "0",
-                                      "--chat-template", CHATML, "--threads", "2", *extra],
-                                     stderr=subprocess.PIPE, text=True)
+                                      *tpl, "--threads", "2", *extra], stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
         self.port = None
         while self.port is None:

@@ -306,3 +306,26 @@ def test_a_new_request_joins_the_running_batch(server):
     assert status == 200 and json.loads(out)["usage"]["completion_tokens"] == 2
     assert long_still_running
     assert state["usage"]["completion_tokens"] == 500
+
+
+def test_without_a_template_chat_is_a_400_and_completions_work():
+    s = Server(template=None)
+    try:
+        status, out = raw(s, json.dumps({"messages": [{"role": "user", "content": "hi"}]}), "/v1/chat/completions")
+        assert status == 400 and json.loads(out)["error"]["code"] == "no_chat_template"
+        status, _ = raw(s, json.dumps({"prompt": "Once", "max_tokens": 2}))
+        assert status == 200
+    finally:
+        s.stop()
+
+
+def test_an_unrenderable_template_fails_at_startup(tmp_path):
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content | frobnicate }}{% endfor %}")
+    import subprocess
+    from conftest import BIN, STORIES_HF, need_shared
+    need_shared()
+    r = subprocess.run([BIN, "serve", "--model", STORIES_HF, "--port", "0", "--chat-template", str(bad)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "unsupported filter 'frobnicate'" in r.stderr
