@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages kvlm builds against (skips apt when all are present).
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
-      libgtest-dev libbenchmark-dev libcpp-httplib-dev libhwy-dev libssl-dev clang libclang-rt-14-dev)
+      libgtest-dev libbenchmark-dev libcpp-httplib-dev libhwy-dev libssl-dev clang libclang-rt-14-dev
+      prometheus)  # prometheus: promtool checks the server's /metrics in the tests
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -142,7 +142,9 @@ TEST(KvQuant, SlidingWindowMemoryIsConstantPastTheWindow) {
     int tok = (t * 13) % 256;
     forward(*m, kv, &tok, 1, LogitsFor::Last, logits);
     ASSERT_LE(kv.bytes_allocated(), window_bytes);
-    if (t >= 8) ASSERT_EQ(kv.bytes_allocated(), window_bytes);
+    if (t >= 8) {
+      ASSERT_EQ(kv.bytes_allocated(), window_bytes);
+    }
   }
 }
 

@@ -20,8 +20,28 @@ struct ServeArgs {
   int port = 8080, kv_residual = 128, block_size = 16, kv_blocks = 0, max_seqs = 16, ctx = 0, max_batch_tokens = 4096;
   int http_threads = 0;  // 0: two per --max-seqs, plus four (a stream holds its thread)
   size_t max_body = 4 << 20;
-  bool no_prefix_cache = false;
+  bool no_prefix_cache = false, metrics_need_key = false;
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  int max_queue = 256, max_prompt_tokens = 0, max_tokens_cap = 0, io_timeout = 30;
+  double request_timeout = 600;
 };
+
+// --api-key-file: one key per line; blank lines and lines starting with '#' are skipped.
+std::vector<std::string> keys_from_file(const std::string& path) {
+  std::vector<std::string> keys;
+  std::string text = read_file(path, 1 << 20), line;
+  for (size_t p = 0; p <= text.size();) {
+    size_t nl = text.find('\n', p);
+    line = text.substr(p, nl == std::string::npos ? std::string::npos : nl - p);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty() && line[0] != '#') keys.push_back(line);
+    if (nl == std::string::npos) break;
+    p = nl + 1;
+  }
+  if (keys.empty()) fail(path, ": no API keys in the file");
+  return keys;
+}
 
 int run_serve(const ServeArgs& a) {
   const KvDtype kv_dtype = parse_kv_dtype(a.kv_dtype);
@@ -31,6 +51,17 @@ int run_serve(const ServeArgs& a) {
   so.model_name = a.model_name.empty() ? a.model : a.model_name;
   so.max_body_bytes = a.max_body;
   so.http_threads = a.http_threads > 0 ? a.http_threads : 2 * a.max_seqs + 4;
+  so.api_keys = a.api_keys;
+  if (!a.api_key_file.empty())
+    for (const std::string& k : keys_from_file(a.api_key_file)) so.api_keys.push_back(k);
+  for (const std::string& k : so.api_keys)
+    if (k.size() < 8) fail("API keys must be at least 8 characters");
+  so.metrics_need_key = a.metrics_need_key;
+  so.max_queue = a.max_queue;
+  so.max_prompt_tokens = a.max_prompt_tokens;
+  so.max_tokens_cap = a.max_tokens_cap;
+  so.request_timeout_s = a.request_timeout;
+  so.io_timeout_s = a.io_timeout;
   // SIGINT/SIGTERM are taken by one thread with sigwait (a handler may not stop the server).
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -46,6 +77,7 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<ChatTemplate> tpl;
   std::unique_ptr<server::EngineLoop> loop;
+  server::Metrics metrics(so.model_name);
   std::string load_error;
   std::thread loader([&] {
     try {
@@ -75,12 +107,13 @@ int run_serve(const ServeArgs& a) {
         size_t cap = std::max<size_t>(1, available_memory_bytes() / 2 / block_bytes);
         eo.num_blocks = static_cast<int>(std::min({want, cap, size_t{1} << 24}));
       }
-      loop = std::make_unique<server::EngineLoop>(*model, eo);
+      loop = std::make_unique<server::EngineLoop>(*model, eo, &metrics);
       server::Backend b;
       b.model = model.get();
       b.tokenizer = tok.get();
       b.chat_template = tpl.get();
       b.loop = loop.get();
+      b.metrics = &metrics;
       b.context = eo.context;
       http.set_backend(b);
       std::fprintf(stderr, "[kvlm] serve: ready: %s, context %d, KV pool %d blocks of %d tokens (%s), chat template %s\n",
@@ -130,6 +163,19 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--http-threads", a->http_threads, "HTTP worker threads (default 2 x --max-seqs + 4; a streaming request holds one, asleep while it waits)")
       ->check(CLI::Range(1, 1024));
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "compute every prompt in full (for comparisons)");
+  sub->add_option("--api-key", a->api_keys, "accept this API key (repeatable; each key is a tenant)");
+  sub->add_option("--api-key-file", a->api_key_file, "file of API keys, one per line");
+  sub->add_flag("--metrics-need-key", a->metrics_need_key, "require an API key for /metrics too");
+  sub->add_option("--max-queue", a->max_queue, "requests accepted at once; beyond, 429 with Retry-After (default 256)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--max-prompt-tokens", a->max_prompt_tokens, "longest prompt accepted (default: the context)")
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--max-tokens-cap", a->max_tokens_cap, "largest max_tokens accepted (default: the context)")
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--request-timeout", a->request_timeout, "seconds a request may generate (default 600)")
+      ->check(CLI::Range(0.1, 86400.0));
+  sub->add_option("--io-timeout", a->io_timeout, "seconds to read a request or write a response (default 30)")
+      ->check(CLI::Range(1, 3600));
   sub->add_option("--max-body", a->max_body, "largest request body in bytes (default 4 MiB)")->check(CLI::Range(1024, 1 << 30));
   return [a] { return run_serve(*a); };
 }

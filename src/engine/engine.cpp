@@ -148,6 +148,7 @@ bool Engine::admit(Sequence& s, int& budget, int reserved, bool alone) {
     return false;
   }
   if (s.preemptions == 0) {
+    s.admitted_at_ms = now_ms();
     s.reused_tokens = std::min(reused, s.prompt_len);
     stats_.reused_tokens += s.reused_tokens;
   }

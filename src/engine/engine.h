@@ -51,6 +51,7 @@ struct Sequence {
   int preemptions = 0;
   double ttft_ms = -1;                   // add() to first token
   double added_at_ms = 0;
+  double admitted_at_ms = -1;            // first admission into the running batch
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
   bool done() const { return state == SeqState::Finished || state == SeqState::Cancelled || state == SeqState::Failed; }

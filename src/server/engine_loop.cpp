@@ -1,13 +1,19 @@
 #include "server/engine_loop.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
 
 namespace kvlm::server {
 
-EngineLoop::EngineLoop(const Model& m, const EngineOptions& opt) : model_(m), opt_(opt), engine_(m, opt) {
+double steady_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+EngineLoop::EngineLoop(const Model& m, const EngineOptions& opt, Metrics* metrics)
+    : model_(m), opt_(opt), metrics_(metrics), engine_(m, opt) {
   publish();
   thread_ = std::thread([this] { run(); });
 }
@@ -64,6 +70,26 @@ void EngineLoop::publish() {
         if (q.state == SeqState::Running) s["running"] = s["running"].get<int>() + 1;
         if (q.state == SeqState::Waiting) s["waiting"] = s["waiting"].get<int>() + 1;
       }
+  if (metrics_) {
+    Metrics::EngineGauges g;
+    g.running = s["running"];
+    g.waiting = s["waiting"];
+    const int total = engine_.pool().num_blocks(), free_blocks = engine_.pool().num_free();
+    g.kv_usage = total ? static_cast<double>(total - free_blocks) / total : 0.0;
+    const EngineStats& st = engine_.stats();
+    g.prompt_tokens = st.prompt_tokens;
+    g.reused_tokens = st.reused_tokens;
+    g.generated_tokens = st.generated_tokens;
+    g.preemptions = st.preemptions;
+    g.blocks_total = total;
+    g.blocks_free = free_blocks;
+    g.blocks_cached = engine_.pool().num_cached();
+    g.blocks_shared = L.bytes_per_block ? static_cast<int>(L.shared_bytes / L.bytes_per_block) : 0;
+    g.kv_bytes = L.private_bytes + L.shared_bytes;
+    g.residual_bytes = L.residual_bytes;
+    g.page_dtype = L.page_dtype;
+    metrics_->set_engine(g);
+  }
   std::lock_guard<std::mutex> lock(status_mu_);
   status_ = std::move(s);
 }
@@ -209,6 +235,7 @@ void EngineLoop::handle(const StepEvent& ev) {
     ChoiceState& ch = a.job->choices[c];
     if (ch.finished) return;
     ch.tokens.push_back(token);
+    ch.token_ms.push_back(steady_ms());
     if (a.job->want_logprobs) ch.logprobs.push_back(logprob_of(q, token, a.job->top_logprobs));
     a.job->started = true;
     a.job->cv.notify_all();
@@ -224,6 +251,7 @@ void EngineLoop::handle(const StepEvent& ev) {
       std::lock_guard<std::mutex> lock(a.job->mu);
       a.job->cached_tokens = s.reused_tokens;
     }
+    if (metrics_ && s.admitted_at_ms >= 0) metrics_->queue_time((s.admitted_at_ms - s.added_at_ms) / 1000.0);
     for (int c = 1; c < static_cast<int>(a.seqs.size()); ++c) {
       int id = engine_.fork(ev.seq, s.params.sampling.seed + static_cast<uint64_t>(c));
       a.seqs[c] = id;

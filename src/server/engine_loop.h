@@ -15,8 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "server/metrics.h"
 
 namespace kvlm::server {
+
+double steady_ms();  // the clock token times and request times are taken on
 
 struct TokenLogprob {
   int token = 0;
@@ -27,6 +30,7 @@ struct TokenLogprob {
 // One of a request's n samples, as the engine produces it.
 struct ChoiceState {
   std::vector<int> tokens;
+  std::vector<double> token_ms;        // steady-clock time each token was produced
   std::vector<TokenLogprob> logprobs;  // one per token when asked for
   bool finished = false;
   std::string finish_reason;  // "stop" (EOS, or a stop string) | "length" | "error"
@@ -58,7 +62,7 @@ struct Job {
 
 class EngineLoop {
  public:
-  EngineLoop(const Model& m, const EngineOptions& opt);
+  EngineLoop(const Model& m, const EngineOptions& opt, Metrics* metrics = nullptr);
   ~EngineLoop();
 
   void submit(const std::shared_ptr<Job>& job);
@@ -83,6 +87,7 @@ class EngineLoop {
 
   const Model& model_;
   EngineOptions opt_;
+  Metrics* metrics_;
   Engine engine_;
   std::mutex q_mu_;
   std::condition_variable q_cv_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 #include <random>
 
 #include "core/error.h"
@@ -42,9 +43,10 @@ int64_t unix_now() {
 class Responder {
  public:
   Responder(std::shared_ptr<Job> job, const GenerationRequest& req, const Tokenizer& tok, EngineLoop& loop,
-            int prompt_tokens, int prev_token, std::string model)
+            int prompt_tokens, int prev_token, std::string model, Metrics* metrics, double timeout_s)
       : job_(std::move(job)), req_(req), tok_(tok), loop_(loop), prompt_tokens_(prompt_tokens), model_(std::move(model)),
-        id_(random_id(req.chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()) {
+        id_(random_id(req.chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()), metrics_(metrics),
+        start_ms_(steady_ms()), deadline_ms_(start_ms_ + 1000.0 * timeout_s) {
     for (int c = 0; c < req.n; ++c) {
       streams_.emplace_back(tok, prev_token, req.stop);
       consumed_.push_back(0);
@@ -90,8 +92,16 @@ class Responder {
       }
     }
     bool poke = false;
+    const bool timed_out = steady_ms() > deadline_ms_;
     for (int c = 0; c < req_.n; ++c) {
       if (done_[c]) continue;
+      if (timed_out && !ended[c]) {  // --request-timeout: the choice ends here, as if at max_tokens
+        std::lock_guard<std::mutex> lock(job_->mu);
+        job_->choices[c].cancel = true;
+        poke = true;
+        ended[c] = true;
+        reason[c] = "length";
+      }
       Delta d{c, "", {}, ""};
       for (size_t i = 0; i < fresh[c].size() && !streams_[c].stopped(); ++i) {
         d.text += streams_[c].push(fresh[c][i]);
@@ -118,7 +128,25 @@ class Responder {
     if (poke) loop_.poke();
     finished = true;
     for (bool d : done_) finished = finished && d;
+    if (finished && !reported_) report();
     return out;
+  }
+
+  // Request-level metrics, once, when every choice has ended.
+  void report() {
+    reported_ = true;
+    if (!metrics_ || !error_.empty()) return;
+    double first = -1;
+    std::vector<double> gaps;
+    {
+      std::lock_guard<std::mutex> lock(job_->mu);
+      for (const ChoiceState& ch : job_->choices) {
+        if (!ch.token_ms.empty() && (first < 0 || ch.token_ms[0] < first)) first = ch.token_ms[0];
+        for (size_t k = 1; k < ch.token_ms.size(); ++k) gaps.push_back((ch.token_ms[k] - ch.token_ms[k - 1]) / 1000.0);
+      }
+    }
+    metrics_->request_finished(reasons_.empty() ? "stop" : reasons_[0], (steady_ms() - start_ms_) / 1000.0,
+                               first < 0 ? -1 : (first - start_ms_) / 1000.0, gaps);
   }
 
   void cancel() {
@@ -211,6 +239,9 @@ class Responder {
   std::vector<std::vector<TokenLogprob>> lp_;
   std::string error_;
   int completion_tokens_ = 0, cached_tokens_ = 0;
+  Metrics* metrics_;
+  double start_ms_, deadline_ms_;
+  bool reported_ = false;
 };
 
 }  // namespace
@@ -219,8 +250,9 @@ HttpServer::HttpServer(ServerOptions opt) : opt_(std::move(opt)), http_(std::mak
   const int threads = opt_.http_threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(opt_.max_body_bytes);
-  http_->set_read_timeout(30, 0);
-  http_->set_write_timeout(30, 0);
+  http_->set_read_timeout(opt_.io_timeout_s, 0);  // a slow client cannot hold a thread forever
+  http_->set_write_timeout(opt_.io_timeout_s, 0);
+  http_->set_keep_alive_timeout(5);
   routes();
 }
 
@@ -237,25 +269,57 @@ int HttpServer::bind() {
   return port;
 }
 
+std::optional<std::string> HttpServer::tenant(const std::string& authorization) const {
+  if (opt_.api_keys.empty()) return std::string();
+  const std::string prefix = "Bearer ";
+  std::string given = authorization.rfind(prefix, 0) == 0 ? authorization.substr(prefix.size()) : "";
+  // Every key is compared in full, in constant time, whatever matched: timing tells nothing.
+  int found = -1;
+  for (size_t k = 0; k < opt_.api_keys.size(); ++k) {
+    const std::string& key = opt_.api_keys[k];
+    unsigned char diff = static_cast<unsigned char>(given.size() != key.size());
+    for (size_t i = 0; i < key.size(); ++i)
+      diff |= static_cast<unsigned char>(key[i] ^ (i < given.size() ? given[i] : 0));
+    if (diff == 0 && found < 0) found = static_cast<int>(k);
+  }
+  if (found < 0) return std::nullopt;
+  return "tenant-" + std::to_string(found);  // the engine's salt: prefixes shared within a tenant only
+}
+
 void HttpServer::set_backend(const Backend& b) {
   backend_ = b;
   ready_.store(true, std::memory_order_release);
 }
 
 void HttpServer::listen() { http_->listen_after_bind(); }
-void HttpServer::stop() { http_->stop(); }
+void HttpServer::stop() {
+  // A stop that comes before listen() has started (a model that failed to load at once) would
+  // be lost, and listen() would then run forever: wait for it to run first (bounded).
+  for (int i = 0; i < 5000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  http_->stop();
+}
 
 void HttpServer::routes() {
   httplib::Server& s = *http_;
   // HTTP threads parse, tokenize, render templates and write JSON at a lower priority than the
   // engine's compute threads: on a machine with as many cores as compute threads, request
   // traffic then takes the cores only when decode does not (see docs/benchmarks.md, serving).
-  s.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     static thread_local bool lowered = [] {
       setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kHttpNice);
       return true;
     }();
     (void)lowered;
+    // /health stays open (probes); /metrics too unless --metrics-need-key; the rest need a key.
+    const bool open = req.path == "/health" || (req.path == "/metrics" && !opt_.metrics_need_key) ||
+                      (req.path == "/" && req.method == "GET");
+    if (!open && !tenant(req.get_header_value("Authorization"))) {
+      if (backend_.metrics) backend_.metrics->rejected("unauthorized");
+      send_error(res, ApiError{401, "missing or invalid API key (send Authorization: Bearer KEY)",
+                               "invalid_request_error", "", "invalid_api_key"});
+      res.set_header("WWW-Authenticate", "Bearer");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // Errors of the HTTP layer itself (body too large, unknown route) in OpenAI's shape too.
@@ -294,6 +358,11 @@ void HttpServer::routes() {
     json m = {{"id", opt_.model_name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "kvlm"},
               {"max_model_len", backend_.context}};
     res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+  });
+
+  s.Get("/metrics", [this, ready](const httplib::Request&, httplib::Response& res) {
+    if (!ready(res)) return;
+    res.set_content(backend_.metrics ? backend_.metrics->render() : "", "text/plain; version=0.0.4; charset=utf-8");
   });
 
   // The engine's state: queue, pool blocks and the KV ledger (tests read it to see blocks return).
@@ -377,6 +446,13 @@ void HttpServer::routes() {
       throw ApiError{400, "the prompt has " + std::to_string(plen) + " tokens; this model's context is " + std::to_string(ctx) +
                               " tokens, which leaves no room to generate", "invalid_request_error", chat ? "messages" : "prompt",
                      "context_length_exceeded"};
+    if (opt_.max_prompt_tokens > 0 && plen > opt_.max_prompt_tokens)
+      throw ApiError{400, "the prompt has " + std::to_string(plen) + " tokens; this server takes at most " +
+                              std::to_string(opt_.max_prompt_tokens), "invalid_request_error", chat ? "messages" : "prompt",
+                     "prompt_too_long"};
+    if (opt_.max_tokens_cap > 0 && r.max_tokens > opt_.max_tokens_cap)
+      throw ApiError{400, "max_tokens " + std::to_string(r.max_tokens) + " is above this server's cap of " +
+                              std::to_string(opt_.max_tokens_cap), "invalid_request_error", "max_tokens", ""};
     if (r.max_tokens > 0 && plen + r.max_tokens > ctx)
       throw ApiError{400, "the prompt (" + std::to_string(plen) + " tokens) plus max_tokens (" + std::to_string(r.max_tokens) +
                               ") exceed this model's context of " + std::to_string(ctx) + " tokens",
@@ -388,17 +464,36 @@ void HttpServer::routes() {
     SeqParams& p = job->params;
     p.prompt = prompt;
     p.max_new_tokens = r.max_tokens > 0 ? r.max_tokens : ctx - plen;
+    if (opt_.max_tokens_cap > 0) p.max_new_tokens = std::min(p.max_new_tokens, opt_.max_tokens_cap);
+    if (auto t = tenant(req.get_header_value("Authorization"))) p.salt = *t;
     p.stop_at_eos = !r.ignore_eos;
     static std::atomic<uint64_t> seed_counter{std::random_device{}()};
     p.sampling = {r.temperature, r.top_k, r.top_p, r.seed ? *r.seed : seed_counter.fetch_add(0x9E3779B97F4A7C15ull),
                   tok.vocab_size()};
+    // Backpressure: a bounded number of accepted requests; beyond it, 429 and a hint when to retry.
+    if (in_flight_.fetch_add(1) >= opt_.max_queue) {
+      in_flight_.fetch_sub(1);
+      if (backend_.metrics) backend_.metrics->rejected("queue_full");
+      res.set_header("Retry-After", "1");
+      throw ApiError{429, "the server is at its limit of " + std::to_string(opt_.max_queue) + " requests; retry shortly",
+                     "rate_limit_error", "", "queue_full"};
+    }
+    struct Release {  // gives the slot back when the last holder of the response goes away
+      explicit Release(std::atomic<int>* counter) : n(counter) {}
+      Release(const Release&) = delete;
+      Release& operator=(const Release&) = delete;
+      ~Release() { n->fetch_sub(1); }
+      std::atomic<int>* n;
+    };
+    auto slot = std::make_shared<Release>(&in_flight_);
     backend_.loop->submit(job);
-    auto resp = std::make_shared<Responder>(job, r, tok, *backend_.loop, plen, prompt.back(), opt_.model_name);
+    auto resp = std::make_shared<Responder>(job, r, tok, *backend_.loop, plen, prompt.back(), opt_.model_name,
+                                            backend_.metrics, opt_.request_timeout_s);
     if (r.stream) {
       auto first = std::make_shared<std::vector<bool>>(r.n, true);
       bool usage = r.include_usage;
       res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider("text/event-stream", [resp, first, usage](size_t, httplib::DataSink& sink) {
+      res.set_chunked_content_provider("text/event-stream", [resp, first, usage, slot](size_t, httplib::DataSink& sink) {
         bool finished = false;
         auto deltas = resp->poll(std::chrono::milliseconds(1000), finished);
         auto send = [&](const json& j) {
@@ -449,7 +544,7 @@ void HttpServer::routes() {
       send_error(res, ApiError{400, resp->error(), "invalid_request_error", "", ""});
       return;
     }
-    res.set_chunked_content_provider("application/json", [resp, finished](size_t, httplib::DataSink& sink) mutable {
+    res.set_chunked_content_provider("application/json", [resp, finished, slot](size_t, httplib::DataSink& sink) mutable {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       while (!finished && std::chrono::steady_clock::now() < deadline) resp->poll(std::chrono::milliseconds(250), finished);
       if (!finished) {

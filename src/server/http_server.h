@@ -3,6 +3,8 @@
 // JSON or Server-Sent Events; they never call the engine.
 #pragma once
 #include <atomic>
+#include <optional>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -24,6 +26,15 @@ struct ServerOptions {
   size_t max_body_bytes = 4 << 20;
   int http_threads = 8;
   Limits limits;
+  // Each API key is a tenant: requests need "Authorization: Bearer KEY" (none = open), and the
+  // prefix cache never shares blocks between tenants (a shared prefix leaks through timing).
+  std::vector<std::string> api_keys;
+  bool metrics_need_key = false;
+  int max_queue = 256;             // requests accepted and not finished; beyond: 429 + Retry-After
+  int max_prompt_tokens = 0;       // 0 = the context
+  int max_tokens_cap = 0;          // 0 = the context
+  double request_timeout_s = 600;  // a request still generating then ends with finish_reason "length"
+  int io_timeout_s = 30;           // reading a request's headers and body, writing a response
 };
 
 // What the handlers serve once the model is loaded (the server answers /health with 503 before).
@@ -32,6 +43,7 @@ struct Backend {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null: the chat endpoint answers 400
   EngineLoop* loop = nullptr;
+  Metrics* metrics = nullptr;
   int context = 0;
 };
 
@@ -47,8 +59,12 @@ class HttpServer {
 
  private:
   void routes();
+  // "" without API keys; else a salt naming the request's tenant, or nullopt for a bad key.
+  std::optional<std::string> tenant(const std::string& authorization) const;
+
   ServerOptions opt_;
   std::unique_ptr<httplib::Server> http_;
+  std::atomic<int> in_flight_{0};
   Backend backend_;
   std::atomic<bool> ready_{false};
 };
