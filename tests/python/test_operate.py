@@ -112,14 +112,15 @@ def test_limits_and_backpressure():
 
 
 def test_request_timeout_ends_generation():
-    """Four 500-token requests through one sequence slot take far longer than a 0.2 s timeout:
-    the later ones end early with finish_reason "length" and what they generated so far."""
-    s = Server("--request-timeout", "0.2", "--max-seqs", "1")
+    """Sixteen 500-token requests through one sequence slot take several times longer than a
+    0.1 s timeout (8,000 tokens one after another): the later ones end early with finish_reason
+    "length" and what they generated so far."""
+    s = Server("--request-timeout", "0.1", "--max-seqs", "1", "--http-threads", "24")
     try:
         def one(_):
             return post(s, "/v1/completions", {"prompt": "Once", "max_tokens": 500, "ignore_eos": True, "temperature": 0})
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            results = list(pool.map(one, range(4)))
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(one, range(16)))
         assert all(r[0] == 200 for r in results)
         cut = [r[1] for r in results if r[1]["usage"]["completion_tokens"] < 500]
         assert cut, "no request was cut by --request-timeout"

@@ -273,16 +273,16 @@ def test_same_answer_under_kv_pressure():
 
 
 def test_a_new_request_joins_the_running_batch(server):
-    """Continuous batching: a short request sent while a long one streams finishes while the long
-    one is still generating (it never waits for the batch to drain)."""
+    """Continuous batching: a short request sent while a long one (4 samples of 500 tokens) streams
+    finishes while the long one is still generating (it never waits for the batch to drain)."""
     state = {"chunks": 0, "done": False, "usage": None}
     started = threading.Event()
 
     def long_stream():
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
         conn.request("POST", "/v1/completions", json.dumps({
-            "prompt": "Once upon a time", "max_tokens": 500, "temperature": 0, "stream": True, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}))
+            "prompt": "Once upon a time", "max_tokens": 500, "n": 4, "temperature": 0.8, "seed": 1, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}))
         res = conn.getresponse()
         while True:
             line = res.fp.readline().decode()
@@ -305,7 +305,7 @@ def test_a_new_request_joins_the_running_batch(server):
     t.join(timeout=120)
     assert status == 200 and json.loads(out)["usage"]["completion_tokens"] == 2
     assert long_still_running
-    assert state["usage"]["completion_tokens"] == 500
+    assert state["usage"]["completion_tokens"] == 4 * 500
 
 
 def test_without_a_template_chat_is_a_400_and_completions_work():
