@@ -5,16 +5,19 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/utf8.h"
 
 namespace kvlm::server {
 
 using nlohmann::json;
 
 json ApiError::to_json() const {
+  // Messages quote the client's own bytes (a key name, a parse error's context): made valid
+  // UTF-8 here, so the error itself can always be written as JSON.
   return {{"error",
-           {{"message", message},
+           {{"message", utf8_sanitize(message)},
             {"type", type},
-            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"param", param.empty() ? json(nullptr) : json(utf8_sanitize(param))},
             {"code", code.empty() ? json(nullptr) : json(code)}}}};
 }
 
