@@ -42,7 +42,6 @@ int run_batch(const BatchArgs& a) {
   eo.max_batch_tokens = a.max_batch_tokens;
   eo.kv_dtype = parse_kv_dtype(a.kv_dtype);
   eo.kv_residual = a.kv_residual;
-  const KvRowCodec row{eo.kv_dtype, model->cfg.kv_dim(), model->cfg.head_dim};
   // Default pool: room for every sequence at its full length, which the context caps.
   const size_t ctx = static_cast<size_t>(model->cfg.max_seq_len);
   size_t need = 0;
@@ -54,7 +53,7 @@ int run_batch(const BatchArgs& a) {
   }
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : static_cast<int>(std::min<size_t>(need, 1 << 24));
   if (!a.kv_capacity.empty())
-    eo.num_blocks = parse_kv_capacity(a.kv_capacity, 2ull * model->cfg.n_layers * row.bytes() * a.block_size, a.block_size);
+    eo.num_blocks = parse_kv_capacity(a.kv_capacity, BlockPool::block_bytes(model->cfg, a.block_size, eo.kv_dtype), a.block_size);
   Engine e(*model, eo);
   std::vector<int> ids;
   auto t0 = std::chrono::steady_clock::now();

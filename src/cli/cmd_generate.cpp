@@ -82,9 +82,8 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : per_seq * a.parallel;
   eo.kv_dtype = opt.kv_dtype;
   eo.kv_residual = opt.kv_residual;
-  const KvRowCodec row{opt.kv_dtype, m.cfg.kv_dim(), m.cfg.head_dim};
   if (!a.kv_capacity.empty())
-    eo.num_blocks = parse_kv_capacity(a.kv_capacity, 2ull * m.cfg.n_layers * row.bytes() * a.block_size, a.block_size);
+    eo.num_blocks = parse_kv_capacity(a.kv_capacity, BlockPool::block_bytes(m.cfg, a.block_size, opt.kv_dtype), a.block_size);
   Engine e(m, eo);
   int root = e.add({prompt, a.max_new_tokens, opt.sampling, opt.stop_at_eos, ""});
   std::vector<int> ids = {root};

@@ -26,6 +26,11 @@ BlockHash chain_block_hash(const BlockHash* parent, const std::string& salt, con
   return out;
 }
 
+size_t BlockPool::block_bytes(const ModelConfig& cfg, int block_size, KvDtype dtype) {
+  const KvRowCodec row{dtype, cfg.kv_dim(), cfg.head_dim};
+  return 2ull * cfg.n_layers * static_cast<size_t>(block_size) * row.bytes();
+}
+
 BlockPool::BlockPool(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype dtype)
     : block_size_(block_size), kv_dim_(cfg.kv_dim()), n_layers_(cfg.n_layers), codec_{dtype, cfg.kv_dim(), cfg.head_dim} {
   if (block_size < 1 || block_size > 4096) fail("block size must be in 1..4096, got ", block_size);
@@ -39,7 +44,7 @@ BlockPool::BlockPool(const ModelConfig& cfg, int block_size, int num_blocks, KvD
     }
     window_ = std::max(window_, w);
   }
-  bytes_per_block_ = 2ull * cfg.n_layers * block_size * codec_.bytes();
+  bytes_per_block_ = block_bytes(cfg, block_size, dtype);
   check_memory_for(checked_mul(static_cast<uint64_t>(num_blocks), bytes_per_block_, "KV pool size"),
                    "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + " tokens");
   ref_.assign(num_blocks, 0);

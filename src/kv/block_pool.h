@@ -38,6 +38,8 @@ BlockHash chain_block_hash(const BlockHash* parent, const std::string& salt, con
 class BlockPool {
  public:
   BlockPool(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype dtype = KvDtype::F32);
+  // Bytes one block of `block_size` positions takes (K and V, every layer), before a pool exists.
+  static size_t block_bytes(const ModelConfig& cfg, int block_size, KvDtype dtype);
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return static_cast<int>(ref_.size()); }

@@ -35,13 +35,7 @@ void ContiguousKvCache::grow(int positions) {
   // A ring has not wrapped while positions <= its slots, so growing it keeps every slot in place.
   const int rows = std::min(max_len_, std::max(positions, std::max(64, 2 * rows_)));
   const bool quantized = codec_.dtype != KvDtype::F32;
-  size_t add = 0;
-  for (size_t l = 0; l < slots_.size(); ++l) {
-    size_t slots = static_cast<size_t>(std::min(rows, slots_[l]));
-    size_t f32_rows = quantized ? std::min<size_t>(residual_, rows) : slots;
-    add += 2 * (f32_rows * kv_dim_ * sizeof(float) - std::min(f32_rows * kv_dim_ * sizeof(float), k_[l].size() * sizeof(float)));
-    if (quantized) add += 2 * slots * (codec_.data_bytes() + codec_.n_params() * sizeof(float));
-  }
+  const size_t add = bytes_for(rows) - bytes_allocated();
   if (add > (size_t{64} << 20)) check_memory_for(add, "the KV cache for " + std::to_string(rows) + " positions");
   for (size_t l = 0; l < slots_.size(); ++l) {
     size_t slots = static_cast<size_t>(std::min(rows, slots_[l]));
