@@ -3,7 +3,8 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
       libgtest-dev libbenchmark-dev libcpp-httplib-dev libhwy-dev libssl-dev clang libclang-rt-14-dev
-      prometheus)  # prometheus: promtool checks the server's /metrics in the tests
+      python3-venv prometheus chromium chromium-driver)
+# prometheus: promtool checks the server's /metrics; chromium + its driver: the chat page test
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -16,8 +17,8 @@ fi
 # Python packages for the server tests (the real openai client) in a venv of the project's own.
 # The version pins are a floor the tests were written against; the venv is reused when present.
 VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv"
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import openai, pytest" >/dev/null 2>&1; then
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import openai, pytest, selenium" >/dev/null 2>&1; then
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "openai>=1.40" "pytest>=7"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "openai>=1.40" "pytest>=7" "selenium>=4.10"
 fi
 

@@ -1,5 +1,6 @@
 // kvlm serve: the OpenAI-compatible HTTP server. It listens at once and answers /health with
 // 503 while the model loads, then 200; SIGINT/SIGTERM stop it cleanly.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -18,12 +19,12 @@ namespace {
 struct ServeArgs {
   std::string model, tokenizer, weights, kv_dtype = "f32", kv_capacity, chat_template, host = "127.0.0.1", model_name;
   int port = 8080, kv_residual = 128, block_size = 16, kv_blocks = 0, max_seqs = 16, ctx = 0, max_batch_tokens = 4096;
-  int http_threads = 0;  // 0: two per --max-seqs, plus four (a stream holds its thread)
+  int http_threads = 0;  // 0: max(64, 2 x --max-seqs + 4) (an open connection holds its thread)
   size_t max_body = 4 << 20;
   bool no_prefix_cache = false, metrics_need_key = false;
   std::vector<std::string> api_keys;
   std::string api_key_file;
-  int max_queue = 256, max_prompt_tokens = 0, max_tokens_cap = 0, io_timeout = 30;
+  int max_queue = 256, max_prompt_tokens = 0, max_tokens_cap = 0, io_timeout = 30, max_pending_connections = 64;
   double request_timeout = 600;
 };
 
@@ -50,7 +51,9 @@ int run_serve(const ServeArgs& a) {
   so.port = a.port;
   so.model_name = a.model_name.empty() ? a.model : a.model_name;
   so.max_body_bytes = a.max_body;
-  so.http_threads = a.http_threads > 0 ? a.http_threads : 2 * a.max_seqs + 4;
+  // A connection holds its thread for as long as it is open (keep-alive included), so the default
+  // covers 64 concurrent clients; they sleep while they wait (see docs/benchmarks.md, load).
+  so.http_threads = a.http_threads > 0 ? a.http_threads : std::max(64, 2 * a.max_seqs + 4);
   so.api_keys = a.api_keys;
   if (!a.api_key_file.empty())
     for (const std::string& k : keys_from_file(a.api_key_file)) so.api_keys.push_back(k);
@@ -58,6 +61,7 @@ int run_serve(const ServeArgs& a) {
     if (k.size() < 8) fail("API keys must be at least 8 characters");
   so.metrics_need_key = a.metrics_need_key;
   so.max_queue = a.max_queue;
+  so.max_pending_connections = a.max_pending_connections;
   so.max_prompt_tokens = a.max_prompt_tokens;
   so.max_tokens_cap = a.max_tokens_cap;
   so.request_timeout_s = a.request_timeout;
@@ -159,12 +163,15 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--block-size", a->block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")
       ->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--http-threads", a->http_threads, "HTTP worker threads (default 2 x --max-seqs + 4; a streaming request holds one, asleep while it waits)")
+  sub->add_option("--http-threads", a->http_threads, "HTTP worker threads: an open connection holds one, asleep while it waits (default: the larger of 64 and 2 x --max-seqs + 4)")
       ->check(CLI::Range(1, 1024));
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "compute every prompt in full (for comparisons)");
   sub->add_option("--api-key", a->api_keys, "accept this API key (repeatable; each key is a tenant)");
   sub->add_option("--api-key-file", a->api_key_file, "file of API keys, one per line");
   sub->add_flag("--metrics-need-key", a->metrics_need_key, "require an API key for /metrics too");
+  sub->add_option("--max-pending-connections", a->max_pending_connections,
+                  "connections waiting for a free HTTP thread; beyond, 503 with Retry-After (default 64)")
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--max-queue", a->max_queue, "requests accepted at once; beyond, 429 with Retry-After (default 256)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--max-prompt-tokens", a->max_prompt_tokens, "longest prompt accepted (default: the context)")

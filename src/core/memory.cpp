@@ -19,6 +19,44 @@ size_t read_number(const char* path) {
     return 0;
   }
 }
+
+// The smallest headroom (limit - usage) over the process's memory cgroup and its ancestors, for
+// cgroup v2 and v1 alike; 0 when no limit is set. A container's or a systemd unit's MemoryMax is
+// what decides an OOM kill, not MemAvailable.
+size_t cgroup_headroom() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line, v2_path, v1_path;
+  for (int n = 0; n < 64 && std::getline(in, line); ++n) {
+    size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (controllers.empty()) v2_path = path;
+    else if ((',' + controllers + ',').find(",memory,") != std::string::npos) v1_path = path;
+  }
+  constexpr size_t kUnlimited = size_t{1} << 60;  // v1 writes "no limit" as a page-rounded LLONG_MAX
+  size_t best = 0;
+  auto consider = [&](const std::string& dir, const char* limit_file, const char* usage_file) {
+    size_t limit = read_number((dir + limit_file).c_str());
+    if (limit == 0 || limit >= kUnlimited) return;
+    size_t used = read_number((dir + usage_file).c_str());
+    size_t headroom = limit > used ? limit - used : 1;  // 1, not 0: 0 means "no limit" to callers
+    if (best == 0 || headroom < best) best = headroom;
+  };
+  // From the process's own cgroup up to the root (paths are at most a few dozen levels deep).
+  auto walk = [&](const std::string& root, std::string path, const char* limit_file, const char* usage_file) {
+    for (int depth = 0; depth < 64; ++depth) {
+      consider(root + (path == "/" ? "" : path) + "/", limit_file, usage_file);
+      if (path.empty() || path == "/") break;
+      size_t cut = path.rfind('/');
+      path = cut == 0 || cut == std::string::npos ? "/" : path.substr(0, cut);
+    }
+  };
+  if (!v2_path.empty() || !v1_path.empty()) {
+    if (!v2_path.empty()) walk("/sys/fs/cgroup", v2_path, "memory.max", "memory.current");
+    if (!v1_path.empty()) walk("/sys/fs/cgroup/memory", v1_path, "memory.limit_in_bytes", "memory.usage_in_bytes");
+  }
+  return best;
+}
 }  // namespace
 
 size_t available_memory_bytes() {
@@ -33,12 +71,8 @@ size_t available_memory_bytes() {
         break;
       }
   }
-  size_t limit = read_number("/sys/fs/cgroup/memory.max");
-  size_t used = read_number("/sys/fs/cgroup/memory.current");
-  if (limit > 0) {
-    size_t headroom = limit > used ? limit - used : 0;
-    if (avail == 0 || headroom < avail) avail = headroom;
-  }
+  size_t headroom = cgroup_headroom();
+  if (headroom > 0 && (avail == 0 || headroom < avail)) avail = headroom;
   return avail;
 }
 

@@ -85,6 +85,7 @@ class Engine {
   bool has_work() const;
 
   const Sequence& seq(int id) const;
+  int num_sequences() const { return static_cast<int>(seqs_.size()); }  // not yet removed
   KvLedger ledger() const;
   const EngineStats& stats() const { return stats_; }
   BlockPool& pool() { return *pool_; }

@@ -55,14 +55,26 @@ nlohmann::json EngineLoop::status() const {
   return status_;
 }
 
+// Blocks with a reference count above zero, counted one by one (not derived from the free list),
+// so the fault tests can check that every refcount returned to zero.
+int EngineLoop::referenced_blocks() {
+  const BlockPool& pool = engine_.pool();
+  int n = 0;
+  for (int b = 0; b < pool.num_blocks(); ++b) n += pool.ref(b) > 0;
+  return n;
+}
+
 void EngineLoop::publish() {
   KvLedger L = engine_.ledger();
+  kv_bytes_held_ = L.private_bytes + L.shared_bytes;
   nlohmann::json s = {{"running", 0}, {"waiting", 0}, {"active_requests", active_.size()},
                       {"blocks_total", engine_.pool().num_blocks()}, {"blocks_free", engine_.pool().num_free()},
+                      {"blocks_cached", engine_.pool().num_cached()},
+                      {"blocks_referenced", referenced_blocks()}, {"engine_sequences", engine_.num_sequences()},
                       {"ledger", L.to_json()},
                       {"prompt_tokens", engine_.stats().prompt_tokens}, {"reused_tokens", engine_.stats().reused_tokens},
                       {"generated_tokens", engine_.stats().generated_tokens}, {"preemptions", engine_.stats().preemptions},
-                      {"steps", engine_.stats().steps}};
+                      {"steps", engine_.stats().steps}, {"decode_gbps", decode_gbps_}};
   for (auto& [key, a] : active_)
     for (int id : a.seqs)
       if (id >= 0) {
@@ -88,6 +100,9 @@ void EngineLoop::publish() {
     g.kv_bytes = L.private_bytes + L.shared_bytes;
     g.residual_bytes = L.residual_bytes;
     g.page_dtype = L.page_dtype;
+    g.decode_bytes = decode_bytes_;
+    g.decode_seconds = decode_seconds_;
+    g.decode_gbps = decode_gbps_;
     metrics_->set_engine(g);
   }
   std::lock_guard<std::mutex> lock(status_mu_);
@@ -107,7 +122,17 @@ void EngineLoop::run() {
     if (engine_.has_work()) {
       std::vector<StepEvent> events;
       try {
+        const long computed_before = engine_.stats().computed_tokens;
+        const double t0 = steady_ms();
         events = engine_.step();
+        const double seconds = (steady_ms() - t0) / 1000.0;
+        if (engine_.stats().computed_tokens == computed_before && !events.empty() && seconds > 0) {
+          const double bytes = static_cast<double>(model_.weight_bytes() + kv_bytes_held_);
+          decode_bytes_ += bytes;
+          decode_seconds_ += seconds;
+          const double gbps = bytes / seconds / 1e9;
+          decode_gbps_ = decode_gbps_ == 0 ? gbps : 0.9 * decode_gbps_ + 0.1 * gbps;  // smoothed over ~10 steps
+        }
       } catch (const std::exception& e) {
         // A step that throws is an engine bug: fail every active job rather than spin on it.
         for (auto& [key, a] : active_) {

@@ -84,10 +84,15 @@ class EngineLoop {
   void finish_choice(Active& a, int choice, const std::string& reason);
   TokenLogprob logprob_of(const Sequence& s, int token, int top) const;
   void publish();
+  int referenced_blocks();
 
   const Model& model_;
   EngineOptions opt_;
   Metrics* metrics_;
+  // Decode bandwidth: bytes a pure decode step reads (weights + the KV of its sequences) over
+  // its time; kvlm:decode_gbps on /metrics.
+  double decode_bytes_ = 0, decode_seconds_ = 0, decode_gbps_ = 0;
+  size_t kv_bytes_held_ = 0;  // at the last publish
   Engine engine_;
   std::mutex q_mu_;
   std::condition_variable q_cv_;

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -10,15 +11,19 @@
 #include <random>
 
 #include "core/error.h"
+#include "server/connection_pool.h"
 #include "server/text_stream.h"
 
 namespace kvlm::server {
+
+extern const char* const kChatPage;  // generated from chat_page.html by cmake/embed_text.cmake
 
 using nlohmann::json;
 
 namespace {
 
 constexpr int kHttpNice = 10;  // CFS weight about a tenth of a nice-0 compute thread
+constexpr int kListenBacklog = 4096;  // the kernel caps it at net.core.somaxconn
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -33,6 +38,18 @@ std::string random_id(const char* prefix) {
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
   return std::string(prefix) + buf;
 }
+
+// Holds one of the server's preprocessing slots (parse, render, tokenize) for a scope.
+class PrepGate {
+ public:
+  explicit PrepGate(std::counting_semaphore<>& s) : s_(s) { s_.acquire(); }
+  ~PrepGate() { s_.release(); }
+  PrepGate(const PrepGate&) = delete;
+  PrepGate& operator=(const PrepGate&) = delete;
+
+ private:
+  std::counting_semaphore<>& s_;
+};
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -246,13 +263,22 @@ class Responder {
 
 }  // namespace
 
-HttpServer::HttpServer(ServerOptions opt) : opt_(std::move(opt)), http_(std::make_unique<httplib::Server>()) {
-  const int threads = opt_.http_threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+HttpServer::HttpServer(ServerOptions opt)
+    : opt_(std::move(opt)), http_(std::make_unique<httplib::Server>()),
+      prep_gate_(std::max<unsigned>(2, std::thread::hardware_concurrency())) {
+  pool_ = std::make_shared<ConnectionPool>(opt_.http_threads, opt_.max_pending_connections);
+  http_->new_task_queue = [pool = pool_] { return new PoolHandle(pool); };
   http_->set_payload_max_length(opt_.max_body_bytes);
   http_->set_read_timeout(opt_.io_timeout_s, 0);  // a slow client cannot hold a thread forever
   http_->set_write_timeout(opt_.io_timeout_s, 0);
   http_->set_keep_alive_timeout(5);
+  // SO_REUSEADDR (a restart binds at once over TIME_WAIT), but not httplib's default SO_REUSEPORT,
+  // which lets a second server bind the same port and silently take half the connections.
+  http_->set_socket_options([this](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = sock;
+  });
   routes();
 }
 
@@ -266,6 +292,9 @@ int HttpServer::bind() {
     port = -1;
   }
   if (port < 0) fail("cannot listen on ", opt_.host, ":", opt_.port, " (in use, or not an address of this machine)");
+  // httplib 0.11 listens with a backlog of 5: a burst of connections overflows it and the kernel
+  // resets some (SYN cookies). Listening again on the bound socket raises the backlog.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, kListenBacklog);
   return port;
 }
 
@@ -296,7 +325,32 @@ void HttpServer::stop() {
   // A stop that comes before listen() has started (a model that failed to load at once) would
   // be lost, and listen() would then run forever: wait for it to run first (bounded).
   for (int i = 0; i < 5000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  pool_->release_backpressure();  // an accept loop paused by a full queue must see the stop
   http_->stop();
+}
+
+bool HttpServer::admit(const httplib::Request& req, httplib::Response& res) {
+  // Connections beyond the HTTP threads and their waiting room are refused at once. Probes and
+  // metrics are still answered, so an overloaded server is not taken for dead.
+  if (ConnectionPool::overflow_thread() && req.path != "/health" && req.path != "/metrics") {
+    if (backend_.metrics) backend_.metrics->rejected("overloaded");
+    send_error(res, ApiError{503, "the server is overloaded (every HTTP thread is busy); retry shortly", "server_error", "",
+                             "overloaded"});
+    res.set_header("Retry-After", "1");
+    res.set_header("Connection", "close");
+    return false;
+  }
+  // /health stays open (probes); /metrics too unless --metrics-need-key; the rest need a key.
+  const bool open = req.path == "/health" || (req.path == "/metrics" && !opt_.metrics_need_key) ||
+                    (req.path == "/" && req.method == "GET");
+  if (!open && !tenant(req.get_header_value("Authorization"))) {
+    if (backend_.metrics) backend_.metrics->rejected("unauthorized");
+    send_error(res, ApiError{401, "missing or invalid API key (send Authorization: Bearer KEY)", "invalid_request_error",
+                             "", "invalid_api_key"});
+    res.set_header("WWW-Authenticate", "Bearer");
+    return false;
+  }
+  return true;
 }
 
 void HttpServer::routes() {
@@ -310,16 +364,10 @@ void HttpServer::routes() {
       return true;
     }();
     (void)lowered;
-    // /health stays open (probes); /metrics too unless --metrics-need-key; the rest need a key.
-    const bool open = req.path == "/health" || (req.path == "/metrics" && !opt_.metrics_need_key) ||
-                      (req.path == "/" && req.method == "GET");
-    if (!open && !tenant(req.get_header_value("Authorization"))) {
-      if (backend_.metrics) backend_.metrics->rejected("unauthorized");
-      send_error(res, ApiError{401, "missing or invalid API key (send Authorization: Bearer KEY)",
-                               "invalid_request_error", "", "invalid_api_key"});
-      res.set_header("WWW-Authenticate", "Bearer");
-      return httplib::Server::HandlerResponse::Handled;
-    }
+    // A request with a body (POST) is checked by its handler, after httplib has read the body
+    // (bounded by --max-body): closing a socket with unread bytes makes TCP reset it, and the
+    // client would lose the error. The others are checked here.
+    if (req.method != "POST" && !admit(req, res)) return httplib::Server::HandlerResponse::Handled;
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // Errors of the HTTP layer itself (body too large, unknown route) in OpenAI's shape too.
@@ -347,6 +395,14 @@ void HttpServer::routes() {
     return false;
   };
 
+  // The chat page (src/server/chat_page.html, compiled in). Open like /health: it holds no data,
+  // and asks for a key itself when the server has keys.
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'");
+    res.set_content(kChatPage, "text/html; charset=utf-8");
+  });
+
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     bool ok = ready_.load(std::memory_order_acquire);
     res.status = ok ? 200 : 503;
@@ -372,7 +428,7 @@ void HttpServer::routes() {
   });
 
   s.Post("/tokenize", [this, ready](const httplib::Request& req, httplib::Response& res) {
-    if (!ready(res)) return;
+    if (!admit(req, res) || !ready(res)) return;
     json j = parse_body(req.body);
     if (!j.contains("content") || !j["content"].is_string()) throw ApiError{400, "'content' must be a string", "invalid_request_error", "content", ""};
     bool special = j.value("add_special", false);
@@ -388,7 +444,7 @@ void HttpServer::routes() {
   });
 
   s.Post("/detokenize", [this, ready](const httplib::Request& req, httplib::Response& res) {
-    if (!ready(res)) return;
+    if (!admit(req, res) || !ready(res)) return;
     json j = parse_body(req.body);
     if (!j.contains("tokens") || !j["tokens"].is_array()) throw ApiError{400, "'tokens' must be a list of token ids", "invalid_request_error", "tokens", ""};
     std::vector<int> ids;
@@ -414,28 +470,47 @@ void HttpServer::routes() {
   };
 
   s.Post("/apply-template", [this, ready, render_chat](const httplib::Request& req, httplib::Response& res) {
-    if (!ready(res)) return;
+    if (!admit(req, res) || !ready(res)) return;
     GenerationRequest r = parse_generation_request(req.body, true, opt_.limits);
     res.set_content(dump({{"prompt", render_chat(r.raw_messages, true)}}), "application/json");
   });
 
   auto generate = [this, ready, render_chat](const httplib::Request& req, httplib::Response& res, bool chat) {
-    if (!ready(res)) return;
+    if (!admit(req, res) || !ready(res)) return;
     GenerationRequest r = parse_generation_request(req.body, chat, opt_.limits);
     if (!r.model.empty() && r.model != opt_.model_name)
       throw ApiError{404, "the model '" + r.model + "' does not exist (this server serves '" + opt_.model_name + "')",
                      "invalid_request_error", "model", "model_not_found"};
     const Tokenizer& tok = *backend_.tokenizer;
-    std::vector<int> prompt;
-    if (chat) {
-      // The template writes BOS itself where the model wants one; specials in it become ids.
-      prompt = tok.encode_with_specials(render_chat(r.raw_messages, true));
-    } else if (r.prompt_is_ids) {
-      prompt = r.prompt_ids;
-    } else {
-      prompt = tok.encode_prompt(r.prompt_text);
-    }
     const int vocab = backend_.model->cfg.vocab_size, ctx = backend_.context;
+    // A text too long to fit whatever its tokens is refused before tokenizing it: tokenizing a
+    // megabyte costs tens of megabytes and seconds, and a flood of such requests is an attack.
+    const bool server_limit = opt_.max_prompt_tokens > 0 && opt_.max_prompt_tokens < ctx - 1;
+    const int token_limit = server_limit ? opt_.max_prompt_tokens : ctx - 1;
+    auto refuse_oversized = [&](const std::string& text) {
+      const size_t at_least = (text.size() + tok.max_token_bytes() - 1) / tok.max_token_bytes();
+      if (at_least > static_cast<size_t>(token_limit))
+        throw ApiError{400, "the prompt has at least " + std::to_string(at_least) + " tokens (" + std::to_string(text.size()) +
+                                " bytes); " + (server_limit ? "this server takes" : "this model's context leaves room for") +
+                                " at most " + std::to_string(token_limit),
+                       "invalid_request_error", chat ? "messages" : "prompt",
+                       server_limit ? "prompt_too_long" : "context_length_exceeded"};
+    };
+    std::vector<int> prompt;
+    {
+      PrepGate gate(prep_gate_);  // bounded parallel tokenizing (memory and cores)
+      if (chat) {
+        // The template writes BOS itself where the model wants one; specials in it become ids.
+        std::string text = render_chat(r.raw_messages, true);
+        refuse_oversized(text);
+        prompt = tok.encode_with_specials(text);
+      } else if (r.prompt_is_ids) {
+        prompt = r.prompt_ids;
+      } else {
+        refuse_oversized(r.prompt_text);
+        prompt = tok.encode_prompt(r.prompt_text);
+      }
+    }
     if (prompt.empty()) throw ApiError{400, "the prompt is empty", "invalid_request_error", chat ? "messages" : "prompt", ""};
     for (int id : prompt)
       if (id < 0 || id >= vocab)

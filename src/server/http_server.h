@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <optional>
+#include <semaphore>
 #include <vector>
 #include <memory>
 #include <string>
@@ -15,9 +16,13 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace kvlm::server {
+
+class ConnectionPool;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -25,6 +30,7 @@ struct ServerOptions {
   std::string model_name = "kvlm";
   size_t max_body_bytes = 4 << 20;
   int http_threads = 8;
+  int max_pending_connections = 64;  // waiting for an HTTP thread; beyond: 503 + Retry-After
   Limits limits;
   // Each API key is a tenant: requests need "Authorization: Bearer KEY" (none = open), and the
   // prefix cache never shares blocks between tenants (a shared prefix leaks through timing).
@@ -59,12 +65,19 @@ class HttpServer {
 
  private:
   void routes();
+  // Overload (503) and API-key (401) checks; false after writing the error.
+  bool admit(const httplib::Request& req, httplib::Response& res);
   // "" without API keys; else a salt naming the request's tenant, or nullopt for a bad key.
   std::optional<std::string> tenant(const std::string& authorization) const;
 
   ServerOptions opt_;
   std::unique_ptr<httplib::Server> http_;
+  std::shared_ptr<ConnectionPool> pool_;
+  int listen_fd_ = -1;
   std::atomic<int> in_flight_{0};
+  // Requests tokenizing at once, at most one per core: the peak memory of a flood of long prompts
+  // is then bounded by cores, not by HTTP threads.
+  std::counting_semaphore<> prep_gate_;
   Backend backend_;
   std::atomic<bool> ready_{false};
 };

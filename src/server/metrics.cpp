@@ -126,6 +126,12 @@ std::string Metrics::render() const {
   o += "kvlm:kv_bytes" + with(labels_, "precision=\"" + escape(g.page_dtype) + "\"") + " " + std::to_string(g.kv_bytes) + "\n";
   head(o, "kvlm:kv_residual_bytes", "gauge", "Bytes of f32 residual rows kept beside quantized pages.");
   o += "kvlm:kv_residual_bytes" + L + " " + std::to_string(g.residual_bytes) + "\n";
+  head(o, "kvlm:decode_bytes_total", "counter", "Bytes read by pure decode steps: weights plus the KV of their sequences.");
+  o += "kvlm:decode_bytes_total" + L + " " + num(g.decode_bytes) + "\n";
+  head(o, "kvlm:decode_seconds_total", "counter", "Time spent in pure decode steps.");
+  o += "kvlm:decode_seconds_total" + L + " " + num(g.decode_seconds) + "\n";
+  head(o, "kvlm:decode_gbps", "gauge", "Decode bandwidth over the last ~10 decode steps, in GB/s (rate of the two counters above over longer windows).");
+  o += "kvlm:decode_gbps" + L + " " + num(g.decode_gbps) + "\n";
   head(o, "kvlm:requests_rejected_total", "counter", "Requests refused before reaching the engine, by reason.");
   if (rejected_.empty()) o += "kvlm:requests_rejected_total" + with(labels_, "reason=\"none\"") + " 0\n";
   for (const auto& [reason, n] : rejected_)

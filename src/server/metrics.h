@@ -39,6 +39,7 @@ class Metrics {
     int blocks_total = 0, blocks_free = 0, blocks_cached = 0, blocks_shared = 0;
     size_t kv_bytes = 0, residual_bytes = 0;
     std::string page_dtype;
+    double decode_bytes = 0, decode_seconds = 0, decode_gbps = 0;
   };
   void set_engine(const EngineGauges& g);
   void rejected(const std::string& reason);  // requests refused before the engine (429, 4xx)

@@ -1,4 +1,5 @@
 // load_tokenizer: recognizes the file format and builds the matching algorithm.
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -74,6 +75,22 @@ std::vector<int> Tokenizer::encode_prompt(const std::string& text) const {
   std::vector<int> rest = encode(text);
   ids.insert(ids.end(), rest.begin(), rest.end());
   return ids;
+}
+
+size_t Tokenizer::max_token_bytes() const {
+  std::call_once(max_token_bytes_once_, [this] {
+    size_t m = 1;
+    for (int id = 0; id < vocab_size(); ++id) {
+      try {
+        m = std::max(m, decode(-1, id).size() + 1);
+      } catch (const std::exception&) {
+        // an id the decoder refuses never comes out of encode either
+      }
+    }
+    for (const auto& sp : specials) m = std::max(m, sp.first.size());
+    max_token_bytes_ = m;
+  });
+  return max_token_bytes_;
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ class Tokenizer {
   std::string decode_all(const std::vector<int>& ids, int prev = -1) const;
   // encode with BOS in front when the model expects one.
   std::vector<int> encode_prompt(const std::string& text) const;
+  // The most bytes of text one token stands for (every piece and special, plus one for a leading
+  // space). A text of B bytes is at least B / max_token_bytes() tokens: a server can refuse an
+  // oversized prompt before it spends time and memory tokenizing it.
+  size_t max_token_bytes() const;
 
   int bos_id = -1;  // -1: none
   int eos_id = -1;
@@ -32,6 +37,10 @@ class Tokenizer {
   std::map<std::string, int> specials;  // special/added token strings
   bool parse_specials = false;
   std::string chat_template;  // from GGUF / tokenizer_config, kept for chat serving
+
+ private:
+  mutable std::once_flag max_token_bytes_once_;
+  mutable size_t max_token_bytes_ = 0;
 };
 
 // Loads from a llama2.c tok*.bin, a tokenizer.json, a GPT-2 encoder.json (+vocab.bpe beside it),

@@ -27,11 +27,13 @@ def need_shared():
 
 
 class Server:
-    def __init__(self, *extra, template=CHATML):
+    def __init__(self, *extra, template=CHATML, port=0, wrap=(), cwd=None):
+        """wrap: a command prefix (a memory limit); port: 0 for a free one; cwd: where it runs."""
         need_shared()
         tpl = ["--chat-template", template] if template else []
-        self.proc = subprocess.Popen([BIN, "serve", "--model", STORIES_HF, "--model-name", "stories", "--port", "0",
-                                      *tpl, "--threads", "2", *extra], stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([*wrap, BIN, "serve", "--model", STORIES_HF, "--model-name", "stories",
+                                      "--port", str(port), *tpl, "--threads", "2", *extra],
+                                     stderr=subprocess.PIPE, text=True, cwd=cwd)
         deadline = time.time() + 60
         self.port = None
         while self.port is None:
@@ -52,6 +54,20 @@ class Server:
             except Exception:
                 time.sleep(0.05)
         raise RuntimeError("kvlm serve did not become healthy in 60 s")
+
+    def wait_idle(self, timeout=30):
+        """Waits until the engine is back at idle; returns the last /v1/kv. Idle: no request, no
+        sequence, every block's refcount zero (counted block by block), no KV bytes held."""
+        deadline = time.time() + timeout
+        while True:
+            kv = self.kv()
+            idle = (kv["active_requests"] == 0 and kv["running"] == 0 and kv["waiting"] == 0 and
+                    kv["engine_sequences"] == 0 and kv["blocks_referenced"] == 0 and
+                    kv["blocks_free"] == kv["blocks_total"] and kv["ledger"]["private_bytes"] == 0 and
+                    kv["ledger"]["shared_bytes"] == 0)
+            if idle or time.time() > deadline:
+                return kv
+            time.sleep(0.1)
 
     def kv(self):
         with urllib.request.urlopen(self.base + "/v1/kv", timeout=10) as r:
