@@ -9,8 +9,9 @@
 int main(int argc, char** argv) {
   using namespace kvlm;
   CLI::App app{"kvlm: LLM inference built around the KV cache"};
-  app.require_subcommand(1);
+  app.require_subcommand(1);  // --version alone is still answered (CLI11 handles it first)
   app.fallthrough();  // global options (--threads) may follow the subcommand
+  app.set_version_flag("--version", std::string("kvlm ") + KVLM_VERSION);
   int threads = 0;
   app.add_option("--threads", threads, "worker threads (default: physical cores)")->check(CLI::Range(1, 1024));
   std::vector<std::pair<CLI::App*, cli::Runner>> cmds;

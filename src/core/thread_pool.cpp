@@ -21,6 +21,11 @@ std::unique_ptr<ThreadPool>& global_slot() {
   static std::unique_ptr<ThreadPool> pool;
   return pool;
 }
+std::mutex& global_mu() {
+  static std::mutex mu;
+  return mu;
+}
+thread_local ThreadPool* t_scoped = nullptr;
 constexpr int kSpinIterations = 20000;  // roughly 50-100 microseconds of pause instructions
 }  // namespace
 
@@ -81,6 +86,7 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     fn(0, n);
     return;
   }
+  std::lock_guard<std::mutex> caller(caller_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
@@ -113,11 +119,20 @@ int ThreadPool::default_threads() {
 }
 
 ThreadPool& ThreadPool::global() {
+  if (t_scoped) return *t_scoped;
+  std::lock_guard<std::mutex> lock(global_mu());
   auto& slot = global_slot();
   if (!slot) slot = std::make_unique<ThreadPool>(default_threads());
   return *slot;
 }
 
-void ThreadPool::set_global_threads(int n) { global_slot() = std::make_unique<ThreadPool>(n); }
+void ThreadPool::set_global_threads(int n) {
+  auto pool = std::make_unique<ThreadPool>(n);
+  std::lock_guard<std::mutex> lock(global_mu());
+  global_slot() = std::move(pool);
+}
+
+ThreadPool::Scope::Scope(ThreadPool* pool) : prev_(t_scoped) { t_scoped = pool; }
+ThreadPool::Scope::~Scope() { t_scoped = prev_; }
 
 }  // namespace kvlm

@@ -27,10 +27,25 @@ class ThreadPool {
   // Calls fn(begin, end) on disjoint ranges covering [0, n); the caller thread takes part.
   void parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn);
 
-  // The process-wide pool, sized by set_global_threads (default: physical cores).
+  // The pool kernels use: this thread's scoped pool if one is set (below), else the process-wide
+  // pool, sized by set_global_threads (default: physical cores). Creating it is thread-safe;
+  // set_global_threads must not run while another thread computes.
   static ThreadPool& global();
   static void set_global_threads(int n);
   static int default_threads();
+
+  // Makes `pool` what global() returns on this thread for the scope's life. The Python package
+  // gives each LLM object its own pool this way, so two can compute at once in one process.
+  class Scope {
+   public:
+    explicit Scope(ThreadPool* pool);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    ThreadPool* prev_;
+  };
 
  private:
   void worker(int index);
@@ -39,6 +54,7 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
+  std::mutex caller_mu_;  // one parallel_for at a time when several threads share the pool
   std::condition_variable wake_cv_;
   const std::function<void(size_t, size_t)>* job_ = nullptr;
   size_t job_n_ = 0;

@@ -21,65 +21,77 @@ double GenerateResult::tpot_ms() const {
 }
 
 namespace {
-GenerateResult& finish_run(GenerateResult& r, const KvCache& cache, const GenerateOptions& opt) {
-  r.kv_cache_bytes = opt.use_kv_cache ? cache.bytes_allocated() : 0;
-  return r;
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
 
-GenerateResult generate(const Model& m, const std::vector<int>& prompt, const GenerateOptions& opt,
-                        const std::function<void(int)>& on_token) {
-  using clock = std::chrono::steady_clock;
+Generation::Generation(const Model& m, std::vector<int> prompt, const GenerateOptions& opt)
+    : m_(m), opt_(opt), seq_(std::move(prompt)) {
   const ModelConfig& c = m.cfg;
   const bool sinks = opt.window > 0;
   const int ctx = sinks ? (1 << 30) : opt.context > 0 ? opt.context : c.max_seq_len;
-  if (prompt.empty()) fail("prompt is empty: it needs at least one token (BOS)");
+  if (seq_.empty()) fail("prompt is empty: it needs at least one token (BOS)");
   if (opt.max_new_tokens < 0) fail("max-new-tokens must be >= 0");
-  if (static_cast<int>(prompt.size()) > (sinks ? opt.window : ctx))
-    fail("prompt of ", prompt.size(), " tokens is longer than the ", sinks ? "window" : "context", " of ",
+  for (int id : seq_)
+    if (id < 0 || id >= c.vocab_size) fail("token id ", id, " is outside the vocabulary of ", c.vocab_size);
+  if (static_cast<int>(seq_.size()) > (sinks ? opt.window : ctx))
+    fail("prompt of ", seq_.size(), " tokens is longer than the ", sinks ? "window" : "context", " of ",
          sinks ? opt.window : ctx, " tokens");
-  const int total = static_cast<int>(std::min<long>(ctx, static_cast<long>(prompt.size()) + opt.max_new_tokens));
-
-  GenerateResult r;
-  Sampler sampler(opt.sampling);
-  std::vector<int> seq = prompt;
-  std::vector<float> logits;
+  total_ = static_cast<int>(std::min<long>(ctx, static_cast<long>(seq_.size()) + opt.max_new_tokens));
+  sampler_ = std::make_unique<Sampler>(opt.sampling);
   // With the cache on, one cache lives for the whole run. With it off, every step starts an
   // empty one and recomputes all positions: same forward, no reuse, nothing kept.
-  std::unique_ptr<KvCache> owned;
   if (sinks && opt.use_kv_cache)
-    owned = std::make_unique<SinkKvCache>(m, opt.sink_tokens, opt.window);
-  else
-    owned = std::make_unique<ContiguousKvCache>(c, opt.use_kv_cache ? total : 1, opt.kv_dtype, opt.kv_residual);
-  KvCache& cache = *owned;  // grows as positions arrive: sized by need, not by the context limit
-  auto t0 = clock::now();
-  while (static_cast<int>(seq.size()) < total) {
-    auto ts = clock::now();
-    if (opt.use_kv_cache) {
-      // Tokens the cache has not seen: all of the prompt first, then the last sampled one.
-      int todo = r.generated.empty() ? static_cast<int>(seq.size()) : 1;
-      forward(m, cache, seq.data() + seq.size() - todo, todo, LogitsFor::Last, logits);
-    } else {
-      ContiguousKvCache scratch(c, static_cast<int>(seq.size()));
-      forward(m, scratch, seq.data(), static_cast<int>(seq.size()), LogitsFor::Last, logits);
-    }
-    int next = sampler.sample(logits.data(), c.vocab_size);
-    auto te = clock::now();
-    double ms = std::chrono::duration<double, std::milli>(te - ts).count();
-    if (r.generated.empty())
-      r.ttft_ms = std::chrono::duration<double, std::milli>(te - t0).count();
-    else
-      r.step_ms.push_back(ms);
-    seq.push_back(next);
-    r.generated.push_back(next);
-    if (on_token) on_token(next);
-    if (opt.stop_at_eos && (next == c.eos_id || next == c.bos_id)) {
-      r.finish = FinishReason::Eos;
-      return finish_run(r, cache, opt);
-    }
+    cache_ = std::make_unique<SinkKvCache>(m, opt.sink_tokens, opt.window);
+  else  // grows as positions arrive: sized by need, not by the context limit
+    cache_ = std::make_unique<ContiguousKvCache>(c, opt.use_kv_cache ? total_ : 1, opt.kv_dtype, opt.kv_residual);
+  done_ = static_cast<int>(seq_.size()) >= total_;
+  if (done_) r_.finish = opt.max_new_tokens == 0 ? FinishReason::MaxTokens : FinishReason::Context;
+}
+
+Generation::~Generation() = default;
+
+bool Generation::next(int& token) {
+  if (done_) return false;
+  const ModelConfig& c = m_.cfg;
+  const double ts = now_ms();
+  if (r_.generated.empty()) t0_ms_ = ts;  // TTFT: from the prompt going in, however late next() is first called
+  if (opt_.use_kv_cache) {
+    // Tokens the cache has not seen: all of the prompt first, then the last sampled one.
+    int todo = r_.generated.empty() ? static_cast<int>(seq_.size()) : 1;
+    forward(m_, *cache_, seq_.data() + seq_.size() - todo, todo, LogitsFor::Last, logits_);
+  } else {
+    ContiguousKvCache scratch(c, static_cast<int>(seq_.size()));
+    forward(m_, scratch, seq_.data(), static_cast<int>(seq_.size()), LogitsFor::Last, logits_);
   }
-  r.finish = static_cast<int>(r.generated.size()) >= opt.max_new_tokens ? FinishReason::MaxTokens : FinishReason::Context;
-  return finish_run(r, cache, opt);
+  token = sampler_->sample(logits_.data(), c.vocab_size);
+  const double te = now_ms();
+  if (r_.generated.empty())
+    r_.ttft_ms = te - t0_ms_;
+  else
+    r_.step_ms.push_back(te - ts);
+  seq_.push_back(token);
+  r_.generated.push_back(token);
+  r_.kv_cache_bytes = opt_.use_kv_cache ? cache_->bytes_allocated() : 0;
+  if (opt_.stop_at_eos && (token == c.eos_id || token == c.bos_id)) {
+    r_.finish = FinishReason::Eos;
+    done_ = true;
+  } else if (static_cast<int>(seq_.size()) >= total_) {
+    r_.finish = static_cast<int>(r_.generated.size()) >= opt_.max_new_tokens ? FinishReason::MaxTokens
+                                                                              : FinishReason::Context;
+    done_ = true;
+  }
+  return true;
+}
+
+GenerateResult generate(const Model& m, const std::vector<int>& prompt, const GenerateOptions& opt,
+                        const std::function<void(int)>& on_token) {
+  Generation g(m, prompt, opt);
+  int token;
+  while (g.next(token))
+    if (on_token) on_token(token);
+  return g.result();
 }
 
 }  // namespace kvlm

@@ -2,6 +2,7 @@
 // cache on, or off (every step recomputes the whole sequence, like HF use_cache=False).
 #pragma once
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "engine/sampler.h"
@@ -34,6 +35,36 @@ struct GenerateResult {
   size_t kv_cache_bytes = 0;     // held by the cache for the run (0 with the cache off)
   FinishReason finish = FinishReason::MaxTokens;
   double tpot_ms() const;        // mean of step_ms
+};
+
+class KvCache;
+
+// One generation, a token at a time: next() runs the prefill on its first call, then one decode
+// step per call. generate() below drives it to the end; a caller that streams or stops early
+// (stop strings, an iterator in Python) drives it itself.
+class Generation {
+ public:
+  Generation(const Model& m, std::vector<int> prompt, const GenerateOptions& opt);  // throws on bad input
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // The next token, or false once generation has ended (see finish()).
+  bool next(int& token);
+  bool done() const { return done_; }
+  const GenerateResult& result() const { return r_; }  // so far; complete once done()
+
+ private:
+  const Model& m_;
+  GenerateOptions opt_;
+  std::vector<int> seq_;
+  std::vector<float> logits_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<Sampler> sampler_;
+  GenerateResult r_;
+  int total_ = 0;
+  bool done_ = false;
+  double t0_ms_ = 0;
 };
 
 // on_token(id) is called as each token is produced (for streaming).

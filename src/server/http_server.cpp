@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "server/connection_pool.h"
-#include "server/text_stream.h"
+#include "tokenizer/text_stream.h"
 
 namespace kvlm::server {
 

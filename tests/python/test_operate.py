@@ -39,6 +39,12 @@ def test_metrics_are_valid_prometheus_with_vllm_names(server):
         assert name in text, name
     gen = [l for l in text.splitlines() if l.startswith("vllm:generation_tokens_total{")]
     assert float(gen[0].split()[-1]) >= 8
+
+    def value(name):
+        return float([l for l in text.splitlines() if l.startswith(name + "{")][0].split()[-1])
+    # Decode bandwidth: 7 pure decode steps ran, each reading at least the weights.
+    assert value("kvlm:decode_bytes_total") > 0 and value("kvlm:decode_seconds_total") > 0
+    assert value("kvlm:decode_gbps") > 0
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool is missing: scripts/deps.sh installs Debian's prometheus package")

@@ -8,7 +8,7 @@
 
 #include "tokenizer/tokenizer.h"
 
-namespace kvlm::server {
+namespace kvlm {
 
 class TextStream {
  public:
@@ -33,4 +33,4 @@ class TextStream {
   bool stopped_ = false;
 };
 
-}  // namespace kvlm::server
+}  // namespace kvlm

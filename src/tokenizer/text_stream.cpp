@@ -1,10 +1,10 @@
-#include "server/text_stream.h"
+#include "tokenizer/text_stream.h"
 
 #include <algorithm>
 
 #include "core/utf8.h"
 
-namespace kvlm::server {
+namespace kvlm {
 
 namespace {
 // Bytes at the end of s that start a UTF-8 sequence not yet complete (0..3).
@@ -59,4 +59,4 @@ std::string TextStream::release(bool final) {
   return out;
 }
 
-}  // namespace kvlm::server
+}  // namespace kvlm
