@@ -14,11 +14,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
-# Python packages for the server tests (the real openai client) in a venv of the project's own.
+# Python packages in a venv of the project's own: the server tests' (the real openai client,
+# selenium for the chat page) and the Python package's (nanobind to build it, numpy).
 # The version pins are a floor the tests were written against; the venv is reused when present.
 VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv"
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import openai, pytest, selenium" >/dev/null 2>&1; then
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import openai, pytest, selenium, nanobind, numpy" >/dev/null 2>&1; then
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "openai>=1.40" "pytest>=7" "selenium>=4.10"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "openai>=1.40" "pytest>=7" "selenium>=4.10" \
+      "nanobind>=2.0" "numpy>=1.21"
 fi
 
