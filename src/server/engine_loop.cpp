@@ -126,7 +126,10 @@ void EngineLoop::run() {
         const double t0 = steady_ms();
         events = engine_.step();
         const double seconds = (steady_ms() - t0) / 1000.0;
-        if (engine_.stats().computed_tokens == computed_before && !events.empty() && seconds > 0) {
+        // A pure decode step computes one token for each sequence that produced one; a step
+        // with prefill work computes more, and is left out.
+        const long computed = engine_.stats().computed_tokens - computed_before;
+        if (!events.empty() && computed == static_cast<long>(events.size()) && seconds > 0) {
           const double bytes = static_cast<double>(model_.weight_bytes() + kv_bytes_held_);
           decode_bytes_ += bytes;
           decode_seconds_ += seconds;
