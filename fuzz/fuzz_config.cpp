@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "model/hf_config.h"
 #include "model/synthetic.h"
 

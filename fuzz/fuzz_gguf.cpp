@@ -4,7 +4,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "model/gguf_model.h"
 #include "tokenizer/gguf_vocab.h"
 

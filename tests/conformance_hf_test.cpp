@@ -8,7 +8,7 @@
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {

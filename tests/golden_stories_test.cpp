@@ -5,7 +5,7 @@
 #include "engine/generator.h"
 #include "engine/perplexity.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "test_support.h"
 #include "tokenizer/tokenizer.h"
 

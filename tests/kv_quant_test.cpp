@@ -9,7 +9,7 @@
 #include "engine/perplexity.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_quant.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {

@@ -11,7 +11,7 @@
 #include "kv/block_pool.h"
 #include "kv/ledger.h"
 #include "kv/paged_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {

@@ -7,7 +7,7 @@
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "kv/sink_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/cpu.h"
 #include "engine/sampler.h"
 #include "core/half.h"
 #include "kernels/dot.h"
@@ -15,7 +16,7 @@
 #include "kernels/qgemm.h"
 #include "io/tensor_source.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {
@@ -130,7 +131,7 @@ TEST(WeightKernels, F16RoundingMatchesHardware) {
     if ((h & 0x7c00u) != 0x7c00u) {
       ASSERT_EQ(f32_to_f16(f16_to_f32(static_cast<uint16_t>(h))), h);
     }
-  if (!cpu_has_f16c()) {
+  if (!cpu_features().f16c) {
     GTEST_SKIP() << "no F16C: rounding checked by round trips only";
   }
   std::mt19937 rng(5);

@@ -20,7 +20,7 @@
 #include "kernels/dot.h"
 #include "kernels/roofline.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "model/synthetic.h"
 
 namespace kvlm::cli {

@@ -5,7 +5,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 
 namespace kvlm::cli {
 

@@ -1,12 +1,11 @@
 #include "core/thread_pool.h"
 
-#include <immintrin.h>
-
 #include <fstream>
 #include <memory>
 #include <set>
 #include <string>
 
+#include "core/cpu.h"
 #include "core/error.h"
 
 namespace kvlm {
@@ -38,7 +37,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
     const size_t started = workers_.size();
     shutdown();
     fail("cannot start ", n_threads_ - 1, " worker threads (", started, " started, then: ", e.what(),
-         "); use fewer --threads or raise the process/thread limit");
+         "); use fewer threads or raise the process/thread limit");
   }
 }
 
@@ -60,7 +59,7 @@ void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
     int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && ++spins < kSpinIterations) _mm_pause();
+    while (generation_.load(std::memory_order_acquire) == seen && ++spins < kSpinIterations) cpu_relax();
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
       wake_cv_.wait(lock, [&] { return generation_.load() != seen; });
@@ -97,7 +96,7 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
   wake_cv_.notify_all();
   auto [b, e] = slice(n, n_threads_, 0);
   if (b < e) fn(b, e);
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
 }
 
 int ThreadPool::default_threads() {

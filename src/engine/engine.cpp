@@ -5,7 +5,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 
 namespace kvlm {
 

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "kv/kv_cache.h"
 #include "kv/sink_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 
 namespace kvlm {
 
@@ -32,7 +32,7 @@ Generation::Generation(const Model& m, std::vector<int> prompt, const GenerateOp
   const bool sinks = opt.window > 0;
   const int ctx = sinks ? (1 << 30) : opt.context > 0 ? opt.context : c.max_seq_len;
   if (seq_.empty()) fail("prompt is empty: it needs at least one token (BOS)");
-  if (opt.max_new_tokens < 0) fail("max-new-tokens must be >= 0");
+  if (opt.max_new_tokens < 0) fail("max_new_tokens must be >= 0, got ", opt.max_new_tokens);
   for (int id : seq_)
     if (id < 0 || id >= c.vocab_size) fail("token id ", id, " is outside the vocabulary of ", c.vocab_size);
   if (static_cast<int>(seq_.size()) > (sinks ? opt.window : ctx))

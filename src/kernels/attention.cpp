@@ -1,4 +1,5 @@
 #include "kernels/attention.h"
+#include "core/cpu.h"
 #include "kernels/dot.h"
 #include "kernels/vexp.h"
 
@@ -157,14 +158,14 @@ void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float
 
 void attn_scores(const float* q, int g, int hd, float scale, const float* k, size_t stride, int n, float* s,
                  size_t s_stride) {
-  if (cpu_has_avx2())
+  if (isa_at_least(Isa::Avx2))
     scores_avx2(q, g, hd, scale, k, stride, n, s, s_stride);
   else
     scalar::attn_scores(q, g, hd, scale, k, stride, n, s, s_stride);
 }
 
 void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n) {
-  if (cpu_has_avx2())
+  if (isa_at_least(Isa::Avx2))
     accumulate_avx2(st, p, p_stride, v, stride, n);
   else
     scalar::attn_accumulate(st, p, p_stride, v, stride, n);
@@ -176,7 +177,7 @@ void attn_update(AttnState& st, float* s, size_t s_stride, int n) {
     float mx = st.m[i];
     for (int j = 0; j < n; ++j) mx = std::max(mx, si[j]);
     float corr = std::exp(st.m[i] - mx);  // exp(-inf) = 0 before the first span
-    if (cpu_has_avx2()) {
+    if (isa_at_least(Isa::Avx2)) {
       exp_minus_avx2(si, n, mx);
     } else {
       for (int j = 0; j < n; ++j) si[j] = std::exp(si[j] - mx);

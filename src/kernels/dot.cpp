@@ -1,7 +1,8 @@
 #include "kernels/dot.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
+
+#include "core/cpu.h"
 
 namespace kvlm {
 
@@ -91,8 +92,7 @@ struct Dispatch {
   const char* isa;
 };
 Dispatch pick() {
-  if (cpu_has_avx2())
-    return {avx2::dot_f32, avx2::dot4_f32, avx2::axpy_f32, "avx2"};
+  if (isa_at_least(Isa::Avx2)) return {avx2::dot_f32, avx2::dot4_f32, avx2::axpy_f32, "avx2"};
   return {scalar::dot_f32, scalar::dot4_f32, scalar::axpy_f32, "scalar"};
 }
 const Dispatch& dispatch() {
@@ -101,25 +101,11 @@ const Dispatch& dispatch() {
 }
 }  // namespace
 
-bool cpu_has_f16c() {
-  // CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
-}
-
-bool cpu_has_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-  }();
-  return yes;
-}
-
 float dot_f32(const float* a, const float* b, size_t n) { return dispatch().dot(a, b, n); }
 void axpy_f32(float alpha, const float* x, float* y, size_t n) { dispatch().axpy(alpha, x, y, n); }
 void dot4_f32(const float* a, const float* b, size_t b_stride, size_t n, float* out) {
   dispatch().dot4(a, b, b_stride, n, out);
 }
-const char* kernel_isa() { return dispatch().isa; }
+const char* kernel_isa() { return isa_name(active_isa()); }
 
 }  // namespace kvlm

@@ -18,10 +18,7 @@ void dot4_f32(const float* a, const float* b, size_t b_stride, size_t n, float* 
 void axpy_f32(float alpha, const float* x, float* y, size_t n);
 }  // namespace scalar
 
-// Whether this CPU runs the AVX2+FMA kernels (checked once).
-bool cpu_has_avx2();
-bool cpu_has_f16c();  // the packed weights' f16 scales need it; part of cpu_has_avx2()
-// Name of the instruction set the dispatched kernels use ("avx2" or "scalar").
+// Name of the instruction set the dispatched kernels use (core/cpu.h's table: "avx2", "scalar").
 const char* kernel_isa();
 
 }  // namespace kvlm

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
@@ -77,7 +78,7 @@ __attribute__((target("avx2,fma"))) void quantize_row_q8_0_avx2(const float* x, 
 }  // namespace
 
 void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q) {
-  if (cpu_has_avx2())
+  if (isa_at_least(Isa::Avx2))
     quantize_row_q8_0_avx2(x, n, scales, q);
   else
     scalar::quantize_row_q8_0(x, n, scales, q);
@@ -158,11 +159,11 @@ constexpr size_t kMinParallelWork = 1 << 16;
 }  // namespace
 
 float dot_bf16(const uint16_t* w, const float* x, int n) {
-  return cpu_has_avx2() ? dot_bf16_avx2(w, x, n) : scalar::dot_bf16(w, x, n);
+  return isa_at_least(Isa::Avx2) ? dot_bf16_avx2(w, x, n) : scalar::dot_bf16(w, x, n);
 }
 
 float dot_f16(const uint16_t* w, const float* x, int n) {
-  return cpu_has_avx2() ? dot_f16_avx2(w, x, n) : scalar::dot_f16(w, x, n);  // cpu_has_avx2 includes F16C
+  return isa_at_least(Isa::Avx2) ? dot_f16_avx2(w, x, n) : scalar::dot_f16(w, x, n);  // the Avx2 row includes F16C
 }
 
 bool Linear::convert(WeightFormat f) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cpu.h"
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
 #include "kernels/vexp.h"
@@ -119,14 +120,14 @@ void gelu_tanh_inplace(float* h, size_t n) {
 }  // namespace scalar
 
 void silu_mul(float* h, const float* up, size_t n) {
-  if (cpu_has_avx2())
+  if (isa_at_least(Isa::Avx2))
     silu_mul_avx2(h, up, n);
   else
     scalar::silu_mul(h, up, n);
 }
 
 void gelu_tanh_inplace(float* h, size_t n) {
-  if (cpu_has_avx2())
+  if (isa_at_least(Isa::Avx2))
     gelu_avx2(h, n);
   else
     scalar::gelu_tanh_inplace(h, n);

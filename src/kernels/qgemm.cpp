@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
@@ -34,7 +35,7 @@ int32_t load_i32(const void* p) {
 size_t q_block_bytes(WeightFormat f) {
   if (f == WeightFormat::Q8_0) return kScaleBytes + kGroupRows * 32;
   if (f == WeightFormat::Q4_0) return kScaleBytes + kGroupRows * 16;
-  fail("internal error: q_block_bytes of a non-block format");
+  KVLM_CHECK(false, "q_block_bytes of a non-block format");
 }
 
 namespace {
@@ -252,13 +253,13 @@ void dispatch_nt(WeightFormat f, const uint8_t* group, const QuantizedActs& a, i
 }  // namespace
 
 void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
-  if (!cpu_has_avx2()) return scalar::qgemm_group(f, group, a, t0, nt, out);
+  if (!isa_at_least(Isa::Avx2)) return scalar::qgemm_group(f, group, a, t0, nt, out);
   switch (nt) {
     case 1: return dispatch_nt<1>(f, group, a, t0, out);
     case 2: return dispatch_nt<2>(f, group, a, t0, out);
     case 3: return dispatch_nt<3>(f, group, a, t0, out);
     case 4: return dispatch_nt<4>(f, group, a, t0, out);
-    default: fail("internal error: qgemm_group takes 1 to 4 tokens, not ", nt);
+    default: KVLM_CHECK(false, "qgemm_group takes 1 to 4 tokens, not ", nt);
   }
 }
 

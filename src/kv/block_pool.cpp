@@ -22,7 +22,7 @@ BlockHash chain_block_hash(const BlockHash* parent, const std::string& salt, con
             EVP_DigestUpdate(ctx, tokens, sizeof(int) * static_cast<size_t>(n)) == 1 &&
             EVP_DigestFinal_ex(ctx, out.data(), &len) == 1;
   EVP_MD_CTX_free(ctx);
-  if (!ok || len != out.size()) fail("internal error: SHA-256 failed");
+  KVLM_CHECK(ok && len == out.size(), "SHA-256 failed");
   return out;
 }
 
@@ -103,7 +103,7 @@ void BlockPool::retain(int b) {
 }
 
 void BlockPool::release(int b) {
-  if (ref_[b] <= 0) fail("internal error: block ", b, " released with ref count ", ref_[b]);
+  KVLM_CHECK(ref_[b] > 0, "block ", b, " released with ref count ", ref_[b]);
   if (--ref_[b] == 0) push_tail(b);
 }
 
@@ -137,22 +137,22 @@ void BlockPool::copy_block(int dst, int src) {
 void BlockPool::check_invariants() const {
   int free_seen = 0;
   for (int b = head_, prev = -1; b >= 0; prev = b, b = next_[b]) {
-    if (prev_[b] != prev) fail("pool invariant: free list links broken at block ", b);
-    if (ref_[b] != 0 || !in_free_[b]) fail("pool invariant: block ", b, " in the free list has ref ", ref_[b]);
-    if (++free_seen > num_blocks()) fail("pool invariant: free list has a cycle");
+    KVLM_CHECK(prev_[b] == prev, "free list links broken at block ", b);
+    KVLM_CHECK(ref_[b] == 0 && in_free_[b], "block ", b, " in the free list has ref ", ref_[b]);
+    KVLM_CHECK(++free_seen <= num_blocks(), "the free list has a cycle");
   }
-  if (free_seen != num_free_) fail("pool invariant: free count ", num_free_, " but ", free_seen, " listed");
+  KVLM_CHECK(free_seen == num_free_, "free count ", num_free_, " but ", free_seen, " listed");
   int zero = 0;
   for (int b = 0; b < num_blocks(); ++b) {
-    if (ref_[b] < 0) fail("pool invariant: block ", b, " has negative ref count");
+    KVLM_CHECK(ref_[b] >= 0, "block ", b, " has negative ref count");
     zero += ref_[b] == 0;
-    if (in_free_[b] != (ref_[b] == 0)) fail("pool invariant: block ", b, " free-list membership disagrees with ref");
+    KVLM_CHECK(in_free_[b] == (ref_[b] == 0), "block ", b, " free-list membership disagrees with ref");
     if (hashed_[b] && (by_hash_.count(hash_[b]) == 0 || by_hash_.at(hash_[b]) != b))
-      fail("pool invariant: block ", b, " hash not indexed");
+      KVLM_CHECK(false, "block ", b, " hash not indexed");
   }
-  if (zero != num_free_) fail("pool invariant: ", zero, " blocks with ref 0 but ", num_free_, " free");
+  KVLM_CHECK(zero == num_free_, zero, " blocks with ref 0 but ", num_free_, " free");
   for (auto& [h, b] : by_hash_)
-    if (!hashed_[b] || hash_[b] != h) fail("pool invariant: stale hash index entry for block ", b);
+    KVLM_CHECK(hashed_[b] && hash_[b] == h, "stale hash index entry for block ", b);
 }
 
 }  // namespace kvlm

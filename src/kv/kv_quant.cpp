@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/dot.h"
@@ -133,7 +134,7 @@ __attribute__((target("avx2,fma"))) bool decode_head_avx2(KvDtype t, const uint8
 }  // namespace
 
 void KvRowCodec::decode_head(const uint8_t* data, const float* params, int h, float* out) const {
-  if (cpu_has_avx2() && decode_head_avx2(dtype, data, params, h, head_dim, out)) return;
+  if (isa_at_least(Isa::Avx2) && decode_head_avx2(dtype, data, params, h, head_dim, out)) return;
   decode_head_scalar(data, params, h, out);
 }
 

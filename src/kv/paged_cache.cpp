@@ -77,7 +77,7 @@ void PagedKvCache::prepare(int pos, int n) {
   release_before(pos);
   const int last_block = (pos + n - 1) / bs;
   for (int b = pos / bs; b <= last_block && b < static_cast<int>(table_.size()); ++b) {
-    if (table_[b] == kFreed) fail("internal error: writing into a block freed by the sliding window");
+    KVLM_CHECK(table_[b] != kFreed, "writing into a block freed by the sliding window");
     if (pool_.ref(table_[b]) > 1) {  // copy-on-write
       int fresh = pool_.allocate();
       pool_.copy_block(fresh, table_[b]);
@@ -94,7 +94,7 @@ void PagedKvCache::store(int layer, int pos, int n, const float* k, const float*
   for (int t = 0; t < n; ++t) {
     int p = pos + t, b = p / bs;
     if (b >= static_cast<int>(table_.size()) || table_[b] == kFreed)
-      fail("internal error: store outside the prepared blocks");
+      KVLM_CHECK(false, "store outside the prepared blocks");
     const float* kt = k + static_cast<size_t>(t) * dim;
     const float* vt = v + static_cast<size_t>(t) * dim;
     const size_t slot = static_cast<size_t>(p % bs);
@@ -116,13 +116,13 @@ void PagedKvCache::store(int layer, int pos, int n, const float* k, const float*
 
 const float* PagedKvCache::key(int layer, int pos) const {
   const int bs = pool_.block_size();
-  if (pool_.dtype() != KvDtype::F32 || table_[pos / bs] == kFreed) fail("internal error: key() of a quantized or freed row");
+  KVLM_CHECK(pool_.dtype() == KvDtype::F32 && table_[pos / bs] != kFreed, "key() of a quantized or freed row");
   return pool_.k(layer, table_[pos / bs]) + static_cast<size_t>(pos % bs) * pool_.kv_dim();
 }
 
 const float* PagedKvCache::value(int layer, int pos) const {
   const int bs = pool_.block_size();
-  if (pool_.dtype() != KvDtype::F32 || table_[pos / bs] == kFreed) fail("internal error: value() of a quantized or freed row");
+  KVLM_CHECK(pool_.dtype() == KvDtype::F32 && table_[pos / bs] != kFreed, "value() of a quantized or freed row");
   return pool_.v(layer, table_[pos / bs]) + static_cast<size_t>(pos % bs) * pool_.kv_dim();
 }
 
@@ -137,7 +137,7 @@ KvRun PagedKvCache::run(int layer, int pos, int max_n) const {
     return r;
   }
   const int bs = pool_.block_size(), b = table_[pos / bs];
-  if (b == kFreed) fail("internal error: attention read a block freed by the sliding window");
+  KVLM_CHECK(b != kFreed, "attention read a block freed by the sliding window");
   const KvRowCodec& codec = pool_.codec();
   const size_t slot = static_cast<size_t>(pos % bs);
   r.n = std::min(contiguous_run(layer, pos, max_n), residual_ > 0 ? hot - pos : max_n);
@@ -182,7 +182,7 @@ std::unique_ptr<PagedKvCache> PagedKvCache::fork() const {
 }
 
 int PagedKvCache::adopt_prefix(const std::vector<int>& tokens) {
-  if (!table_.empty() || length_ != 0) fail("internal error: adopt_prefix needs an empty cache");
+  KVLM_CHECK(table_.empty() && length_ == 0, "adopt_prefix needs an empty cache");
   const int bs = pool_.block_size();
   // At least one token must be computed (its logits start generation), and it must not land
   // in an adopted block: published blocks are never written again, so another sequence may

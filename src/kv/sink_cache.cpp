@@ -25,7 +25,7 @@ SinkKvCache::SinkKvCache(const Model& m, int sinks, int window)
 }
 
 void SinkKvCache::prepare(int pos, int n) {
-  if (pos != length_) fail("internal error: sink cache writes must append");
+  KVLM_CHECK(pos == length_, "sink cache writes must append");
   if (n > slots_ - sinks_) fail("a chunk of ", n, " tokens does not fit the window of ", slots_ - sinks_);
   if (length_ + n > slots_) evict(length_ + n - slots_);
 }
@@ -49,7 +49,7 @@ void SinkKvCache::evict(int e) {
 }
 
 void SinkKvCache::store(int layer, int pos, int n, const float* k, const float* v) {
-  if (pos < 0 || pos + n > slots_) fail("internal error: sink cache store out of range");
+  KVLM_CHECK(pos >= 0 && pos + n <= slots_, "sink cache store out of range");
   std::memcpy(k_[layer].data() + static_cast<size_t>(pos) * kv_dim_, k, static_cast<size_t>(n) * kv_dim_ * sizeof(float));
   std::memcpy(v_[layer].data() + static_cast<size_t>(pos) * kv_dim_, v, static_cast<size_t>(n) * kv_dim_ * sizeof(float));
 }

@@ -23,7 +23,7 @@
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "model/synthetic.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/text_stream.h"

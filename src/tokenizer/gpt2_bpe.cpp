@@ -88,7 +88,7 @@ Gpt2Bpe::Gpt2Bpe(const std::unordered_map<std::string, int>& vocab,
   PCRE2_SIZE erroff;
   regex_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
                          &err, &erroff, nullptr);
-  if (!regex_) fail("internal error: GPT-2 regex does not compile");
+  KVLM_CHECK(regex_, "GPT-2 regex does not compile");
   pcre2_jit_compile(static_cast<pcre2_code*>(regex_), PCRE2_JIT_COMPLETE);
 }
 

@@ -1,4 +1,4 @@
-#include "model/forward.h"
+#include "engine/forward.h"
 
 #include <algorithm>
 

@@ -1,0 +1,122 @@
+#include "core/cpu.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace kvlm {
+
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  bool osxsave = false;
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    f.fma = c & (1u << 12);
+    f.f16c = c & (1u << 29);
+    osxsave = c & (1u << 27);
+  }
+  // The OS must save the wide registers (XCR0): YMM for AVX2, ZMM and mask registers for AVX-512.
+  unsigned long long xcr0 = 0;
+  if (osxsave) {
+    unsigned lo, hi;
+    asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = (static_cast<unsigned long long>(hi) << 32) | lo;
+  }
+  const bool ymm = (xcr0 & 0x6) == 0x6, zmm = (xcr0 & 0xe6) == 0xe6;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    f.avx2 = ymm && (b & (1u << 5));
+    f.avx512f = zmm && (b & (1u << 16));
+    f.avx512dq = zmm && (b & (1u << 17));
+    f.avx512bw = zmm && (b & (1u << 30));
+    f.avx512vl = zmm && (b & (1u << 31));
+    f.avx512_vnni = zmm && (c & (1u << 11));
+  }
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = zmm && (a & (1u << 5));
+  f.fma = f.fma && ymm;
+  f.f16c = f.f16c && ymm;
+#endif
+  return f;
+}
+
+bool has_avx2(const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c; }
+bool has_avx512(const CpuFeatures& f) { return has_avx2(f) && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl; }
+bool always(const CpuFeatures&) { return true; }
+
+#if defined(__x86_64__)
+constexpr bool kX86 = true;
+#else
+constexpr bool kX86 = false;
+#endif
+
+const IsaRow kIsas[] = {
+    {Isa::Scalar, "scalar", always, true},
+    {Isa::Avx2, "avx2", has_avx2, kX86},     // AVX2 + FMA + F16C (the packed weights' f16 scales)
+    {Isa::Avx512, "avx512", has_avx512, false},  // F/BW/DQ/VL; kernels: the speed issue
+};
+
+Isa choose() {
+  const CpuFeatures& f = cpu_features();
+  Isa best = Isa::Scalar;
+  for (const IsaRow& r : kIsas)
+    if (r.has_kernels && r.supported(f)) best = r.isa;
+  if (const char* cap = std::getenv("KVLM_ISA"); cap && *cap) {
+    const IsaRow* row = nullptr;
+    for (const IsaRow& r : kIsas)
+      if (std::strcmp(r.name, cap) == 0) row = &r;
+    if (!row) fail("KVLM_ISA='", cap, "' is not an instruction set kvlm knows (scalar, avx2, avx512)");
+    if (static_cast<int>(row->isa) < static_cast<int>(best)) best = row->isa;
+  }
+  return best;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+std::string CpuFeatures::flags() const {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(f16c, "f16c");
+  add(avx512f, "avx512f");
+  add(avx512bw, "avx512bw");
+  add(avx512dq, "avx512dq");
+  add(avx512vl, "avx512vl");
+  add(avx512_vnni, "avx512_vnni");
+  add(avx512_bf16, "avx512_bf16");
+  return s.empty() ? "none" : s;
+}
+
+const IsaRow* isa_table(int* n) {
+  *n = static_cast<int>(sizeof kIsas / sizeof kIsas[0]);
+  return kIsas;
+}
+
+Isa active_isa() {
+  static const Isa isa = choose();
+  return isa;
+}
+
+const char* isa_name(Isa isa) {
+  for (const IsaRow& r : kIsas)
+    if (r.isa == isa) return r.name;
+  return "?";
+}
+
+}  // namespace kvlm

@@ -1,0 +1,48 @@
+// The CPU's features, detected once, and the one table of instruction sets kvlm's kernels are
+// built for. A kernel asks isa_at_least(Isa::Avx2); a new ISA is one row here (plus its kernels).
+//
+// KVLM_ISA=scalar|avx2|avx512 (environment) caps the choice below what the CPU offers, so the
+// scalar twins can run end to end on any machine (tests do), and a benchmark can pin an ISA.
+#pragma once
+#include <string>
+
+namespace kvlm {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
+  bool avx512_vnni = false, avx512_bf16 = false;
+  std::string flags() const;  // the detected flags, space-separated (for benchmark records)
+};
+
+// Detected once (CPUID on x86-64; none elsewhere).
+const CpuFeatures& cpu_features();
+
+// Ordered: a higher ISA implies the lower ones' kernels run too.
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+struct IsaRow {
+  Isa isa;
+  const char* name;
+  bool (*supported)(const CpuFeatures&);  // what the CPU must have for this row's kernels
+  bool has_kernels;                       // kvlm ships kernels for it (AVX-512: not yet)
+};
+// Every ISA kvlm knows, lowest first.
+const IsaRow* isa_table(int* n);
+
+// The ISA the kernels use: the highest row the CPU supports and kvlm has kernels for, capped by
+// KVLM_ISA. Chosen once. Throws on an unknown KVLM_ISA name.
+Isa active_isa();
+const char* isa_name(Isa isa);
+inline bool isa_at_least(Isa isa) { return static_cast<int>(active_isa()) >= static_cast<int>(isa); }
+
+// Waits a moment in a spin loop (PAUSE on x86, YIELD on Arm).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace kvlm
