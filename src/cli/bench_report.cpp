@@ -209,7 +209,7 @@ void check_before_runs(const BenchArgs& a, const ModelConfig& c) {
 json bench_report(const BenchArgs& a) {
   check_args(a);
   std::string name;
-  std::unique_ptr<Model> m = model_or_preset(a.model, a.preset, a.weights, a.seed, name);
+  std::unique_ptr<Model> m = model_or_preset(a.model, a.preset, a.weights, a.seed, name, a.quiet);
   const ModelConfig& c = m->cfg;
   check_before_runs(a, c);
   if (!a.decode_at.empty()) {  // the KV-type table alone

@@ -38,13 +38,14 @@ std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_path, con
 }
 
 std::unique_ptr<Model> model_or_preset(const std::string& model, const std::string& preset, const std::string& weights,
-                                       uint64_t seed, std::string& name) {
+                                       uint64_t seed, std::string& name, bool quiet) {
   if (!model.empty()) {
     name = model;
     return load_model(model, weights);
   }
-  std::fprintf(stderr, "[kvlm] building %s with synthetic weights (seed %llu)\n", preset.c_str(),
-               static_cast<unsigned long long>(seed));
+  if (!quiet)
+    std::fprintf(stderr, "[kvlm] building %s with synthetic weights (seed %llu)\n", preset.c_str(),
+                 static_cast<unsigned long long>(seed));
   auto m = synthetic_model(preset_config(preset), seed);
   if (!weights.empty()) m->convert_weights(parse_weight_format(weights));
   name = preset + " (synthetic weights)";

@@ -20,7 +20,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_path, con
 // The benchmarks' model: a real one (--model), or a built-in shape with synthetic weights, with
 // its matrices converted to `weights` ("" = as stored). `name` describes it.
 std::unique_ptr<Model> model_or_preset(const std::string& model, const std::string& preset, const std::string& weights,
-                                       uint64_t seed, std::string& name);
+                                       uint64_t seed, std::string& name, bool quiet = false);
 
 // "1,2,3" -> {1,2,3}; throws on anything else.
 std::vector<int> parse_ids(const std::string& s);

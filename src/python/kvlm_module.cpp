@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -98,7 +99,7 @@ class LLM {
     if (!preset.empty()) {  // a built-in shape with synthetic weights (the bench's models)
       preset_ = true;
       std::string name;
-      model_ = cli::model_or_preset("", preset, weights, seed, name);
+      model_ = cli::model_or_preset("", preset, weights, seed, name, /*quiet=*/true);
       if (!tokenizer.empty()) tok_ = cli::load_tokenizer_for("", tokenizer, *model_);
       else no_tokenizer_ = "a preset has none unless tokenizer= names one";
     } else {
@@ -175,6 +176,7 @@ class LLM {
   json finish(const Generation& g, const std::vector<int>& prompt, const TextOut& text, const std::string& out) {
     const GenerateResult& r = g.result();
     const char* reason = text.stopped() ? "stop" : finish_reason_name(r.finish);
+    std::lock_guard<std::mutex> lock(ledger_mu_);
     last_ledger_ = {{"layout", "contiguous"}, {"kv_dtype", kv_dtype_name(kv_dtype_)}, {"bytes", r.kv_cache_bytes},
                     {"tokens", prompt.size() + r.generated.size()}};
     return result_json(r.generated, out, reason, r.ttft_ms, r.tpot_ms(), prompt.size(), r.kv_cache_bytes);
@@ -239,8 +241,11 @@ class LLM {
         if (texts[i].stopped()) e.cancel(ev.seq);
       }
     }
-    last_ledger_ = peak_ledger;
-    last_ledger_["layout"] = "paged";
+    {
+      std::lock_guard<std::mutex> lock(ledger_mu_);
+      last_ledger_ = peak_ledger;
+      last_ledger_["layout"] = "paged";
+    }
     std::vector<json> results;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const Sequence& q = e.seq(ids[i]);
@@ -278,7 +283,10 @@ class LLM {
             {"preset_prompt_ids", preset_ ? json(preset_prompt_ids(c)) : json(nullptr)}};
   }
 
-  const json& last_ledger() const { return last_ledger_; }
+  json last_ledger() const {  // a copy: another thread may be finishing a call on this object
+    std::lock_guard<std::mutex> lock(ledger_mu_);
+    return last_ledger_;
+  }
   const Tokenizer* tokenizer() const { return tok_.get(); }
   // Sampling never picks ids the tokenizer cannot decode (models pad their vocabulary).
   int vocab_limit() const { return tok_ ? tok_->vocab_size() : model_->cfg.vocab_size; }
@@ -303,6 +311,7 @@ class LLM {
   std::unique_ptr<ChatTemplate> template_;
   KvDtype kv_dtype_;
   int kv_residual_, kv_capacity_, context_ = 0;
+  mutable std::mutex ledger_mu_;
   json last_ledger_ = json::object();
   std::string no_tokenizer_;  // why there is no tokenizer, when there is none
   bool preset_ = false;
