@@ -4,8 +4,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "kv/kv_cache.h"
 #include "engine/forward.h"
+#include "kv/kv_cache.h"
 #include "model/hf_config.h"
 #include "model/synthetic.h"
 

@@ -2,9 +2,9 @@
 // tokenizer and (for small files) the bound model and one forward pass: a shape the loader's
 // checks let through would show up here as an out-of-bounds access under ASan.
 #include "core/error.h"
+#include "engine/forward.h"
 #include "io/gguf.h"
 #include "kv/kv_cache.h"
-#include "engine/forward.h"
 #include "model/gguf_model.h"
 #include "tokenizer/gguf_vocab.h"
 

@@ -5,10 +5,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "engine/forward.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
-#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {

@@ -2,10 +2,10 @@
 // 200 greedy tokens from the .bin and the HF folder with the cache on and off, logits, perplexity.
 #include <nlohmann/json.hpp>
 
+#include "engine/forward.h"
 #include "engine/generator.h"
 #include "engine/perplexity.h"
 #include "kv/kv_cache.h"
-#include "engine/forward.h"
 #include "test_support.h"
 #include "tokenizer/tokenizer.h"
 

@@ -4,12 +4,12 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "engine/forward.h"
 #include "engine/generator.h"
-#include "engine/sampler.h"
 #include "engine/perplexity.h"
+#include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_quant.h"
-#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {

@@ -8,10 +8,10 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/forward.h"
 #include "kv/block_pool.h"
 #include "kv/ledger.h"
 #include "kv/paged_cache.h"
-#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {

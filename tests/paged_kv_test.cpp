@@ -6,11 +6,11 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/forward.h"
 #include "engine/generator.h"
 #include "kv/block_pool.h"
 #include "kv/ledger.h"
 #include "kv/paged_cache.h"
-#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {

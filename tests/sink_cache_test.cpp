@@ -3,11 +3,11 @@
 // model's context with finite logits.
 #include <cmath>
 
+#include "engine/forward.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "kv/sink_cache.h"
-#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {

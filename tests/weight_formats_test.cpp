@@ -9,14 +9,14 @@
 #include <random>
 
 #include "core/cpu.h"
-#include "engine/sampler.h"
 #include "core/half.h"
+#include "engine/forward.h"
+#include "engine/sampler.h"
+#include "io/tensor_source.h"
 #include "kernels/dot.h"
 #include "kernels/linear.h"
 #include "kernels/qgemm.h"
-#include "io/tensor_source.h"
 #include "kv/kv_cache.h"
-#include "engine/forward.h"
 #include "test_support.h"
 
 namespace kvlm {

@@ -16,11 +16,11 @@
 #include "cli/svg_plot.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/forward.h"
 #include "engine/generator.h"
 #include "kernels/dot.h"
 #include "kernels/roofline.h"
 #include "kv/kv_cache.h"
-#include "engine/forward.h"
 #include "model/synthetic.h"
 
 namespace kvlm::cli {
@@ -28,7 +28,6 @@ namespace kvlm::cli {
 namespace {
 
 using nlohmann::json;
-
 
 struct Stat {
   double mean = 0, std = 0;
@@ -59,22 +58,21 @@ void progress(const std::string& what, int i, int n, bool quiet) {
   std::fflush(stderr);
 }
 
-// The CLI's ranges, for callers that do not come through it (Python).
+// The CLI's ranges (bench_report.h), for callers that do not come through it (Python).
 void check_args(const BenchArgs& a) {
-  auto in = [](long v, long lo, long hi, const char* what) {
-    if (v < lo || v > hi) fail(what, " must be in [", lo, ", ", hi, "], got ", v);
+  auto in = [](long v, IntRange r, const char* what) {
+    if (v < r.lo || v > r.hi) fail(what, " must be in [", r.lo, ", ", r.hi, "], got ", v);
   };
-  in(a.runs, 1, 100000, "runs");
-  in(a.warmup, 0, 1000, "warmup");
-  in(a.prompt_tokens, 0, 1 << 24, "prompt_tokens");
-  in(a.kv_residual, 0, 1 << 24, "kv_residual");
-  in(a.decode_steps, 1, 100000, "decode_steps");
-  in(a.sweep_max, 32, 1 << 20, "sweep_max");
-  in(a.sweep_points, 2, 1000, "sweep_points");
+  if (a.prompt_tokens != 0) in(a.prompt_tokens, kBenchPromptTokens, "prompt_tokens");
+  in(a.runs, kBenchRuns, "runs");
+  in(a.warmup, kBenchWarmup, "warmup");
+  in(a.kv_residual, kBenchKvResidual, "kv_residual");
+  in(a.decode_steps, kBenchDecodeSteps, "decode_steps");
+  in(a.sweep_max, kBenchSweepMax, "sweep_max");
+  in(a.sweep_points, kBenchSweepPoints, "sweep_points");
   if (a.new_tokens.empty()) fail("new_tokens is empty");
-  for (int n : a.new_tokens) in(n, 2, 1 << 20, "each of new_tokens");
-  for (int n : a.decode_at) in(n, 1, 1 << 20, "each of decode_at");
-  if (!a.model.empty() && a.preset != "distilgpt2" && !a.preset.empty()) fail("preset and model exclude each other");
+  for (int n : a.new_tokens) in(n, kBenchNewTokens, "each of new_tokens");
+  for (int n : a.decode_at) in(n, kBenchDecodeAt, "each of decode_at");
 }
 
 std::vector<int> prompt_ids(const BenchArgs& a, const Model& m) {

@@ -23,7 +23,22 @@ struct BenchArgs {
   uint64_t seed = 0;
 };
 
-// Checks the arguments (the CLI's ranges, for callers that bypass it), runs, returns the report.
+// The arguments' ranges: the CLI's parser checks them, and bench_report() again for callers that
+// bypass it (Python). One table, so the two cannot drift apart.
+struct IntRange {
+  int lo, hi;
+};
+inline constexpr IntRange kBenchPromptTokens{1, 1 << 24};  // 0 (unset) is allowed as well
+inline constexpr IntRange kBenchNewTokens{2, 1 << 20};
+inline constexpr IntRange kBenchRuns{1, 100000};
+inline constexpr IntRange kBenchWarmup{0, 1000};
+inline constexpr IntRange kBenchKvResidual{0, 1 << 24};
+inline constexpr IntRange kBenchDecodeAt{1, 1 << 20};
+inline constexpr IntRange kBenchDecodeSteps{1, 100000};
+inline constexpr IntRange kBenchSweepMax{32, 1 << 20};
+inline constexpr IntRange kBenchSweepPoints{2, 1000};
+
+// Checks the arguments against those ranges, runs, returns the report.
 nlohmann::json bench_report(const BenchArgs& a);
 
 }  // namespace kvlm::cli

@@ -96,24 +96,30 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer for --model (default: found beside it)");
   sub->add_option("--prompt", a->prompt, "prompt text (with --model)");
   sub->add_option("--prompt-ids", a->prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
-  sub->add_option("--prompt-tokens", a->prompt_tokens, "repeat the prompt's ids to N tokens")->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--new-tokens", a->new_tokens, "TPOT lengths (default 20 100)")->delimiter(',')->check(CLI::Range(2, 1 << 20));
-  sub->add_option("--runs", a->runs, "timed runs per cell (default 10)")->check(CLI::Range(1, 100000));
-  sub->add_option("--warmup", a->warmup, "untimed runs first (default 1)")->check(CLI::Range(0, 1000));
+  sub->add_option("--prompt-tokens", a->prompt_tokens, "repeat the prompt's ids to N tokens")
+      ->check(CLI::Range(kBenchPromptTokens.lo, kBenchPromptTokens.hi));
+  sub->add_option("--new-tokens", a->new_tokens, "TPOT lengths (default 20 100)")
+      ->delimiter(',')
+      ->check(CLI::Range(kBenchNewTokens.lo, kBenchNewTokens.hi));
+  sub->add_option("--runs", a->runs, "timed runs per cell (default 10)")->check(CLI::Range(kBenchRuns.lo, kBenchRuns.hi));
+  sub->add_option("--warmup", a->warmup, "untimed runs first (default 1)")->check(CLI::Range(kBenchWarmup.lo, kBenchWarmup.hi));
   sub->add_option("--seed", a->seed, "seed of the synthetic weights");
   sub->add_flag("--cache-on-only", a->cache_on_only, "skip the (slow) no-cache runs");
   sub->add_flag("--json", a->json, "print one JSON object");
   sub->add_option("--kv-dtype", a->kv_dtype, "KV element type for the experiment: f32 (default), bf16, int8, int4");
   sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with a quantized KV (default 128)")
-      ->check(CLI::Range(0, 1 << 24));
+      ->check(CLI::Range(kBenchKvResidual.lo, kBenchKvResidual.hi));
   sub->add_option("--decode-at", a->decode_at, "instead: decode TPOT and KV bytes per KV type at these contexts")
-      ->delimiter(',')->check(CLI::Range(1, 1 << 20));
+      ->delimiter(',')->check(CLI::Range(kBenchDecodeAt.lo, kBenchDecodeAt.hi));
   sub->add_option("--kv-dtypes", a->kv_dtypes, "KV types for --decode-at (default f32,bf16,int8,int4)")->delimiter(',');
-  sub->add_option("--decode-steps", a->decode_steps, "timed decode steps per cell (default 16)")->check(CLI::Range(1, 100000));
+  sub->add_option("--decode-steps", a->decode_steps, "timed decode steps per cell (default 16)")
+      ->check(CLI::Range(kBenchDecodeSteps.lo, kBenchDecodeSteps.hi));
   sub->add_flag("--no-roofline", a->no_roofline, "skip the bandwidth measurement");
   sub->add_flag("--sweep", a->sweep, "per-step decode latency against position, cache on and off, with a plot");
-  sub->add_option("--sweep-max", a->sweep_max, "largest position of the sweep (default 1024)")->check(CLI::Range(32, 1 << 20));
-  sub->add_option("--sweep-points", a->sweep_points, "positions sampled (default 16)")->check(CLI::Range(2, 1000));
+  sub->add_option("--sweep-max", a->sweep_max, "largest position of the sweep (default 1024)")
+      ->check(CLI::Range(kBenchSweepMax.lo, kBenchSweepMax.hi));
+  sub->add_option("--sweep-points", a->sweep_points, "positions sampled (default 16)")
+      ->check(CLI::Range(kBenchSweepPoints.lo, kBenchSweepPoints.hi));
   sub->add_option("--sweep-out", a->sweep_out, "SVG file for the sweep plot (default kv_sweep.svg)");
   sub->callback([a, sub] {
     if (sub->count("--preset") && sub->count("--model")) throw CLI::ValidationError("--preset and --model exclude each other");

@@ -51,10 +51,8 @@ size_t cgroup_headroom() {
       path = cut == 0 || cut == std::string::npos ? "/" : path.substr(0, cut);
     }
   };
-  if (!v2_path.empty() || !v1_path.empty()) {
-    if (!v2_path.empty()) walk("/sys/fs/cgroup", v2_path, "memory.max", "memory.current");
-    if (!v1_path.empty()) walk("/sys/fs/cgroup/memory", v1_path, "memory.limit_in_bytes", "memory.usage_in_bytes");
-  }
+  if (!v2_path.empty()) walk("/sys/fs/cgroup", v2_path, "memory.max", "memory.current");
+  if (!v1_path.empty()) walk("/sys/fs/cgroup/memory", v1_path, "memory.limit_in_bytes", "memory.usage_in_bytes");
   return best;
 }
 }  // namespace

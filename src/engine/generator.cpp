@@ -4,9 +4,9 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "engine/forward.h"
 #include "kv/kv_cache.h"
 #include "kv/sink_cache.h"
-#include "engine/forward.h"
 
 namespace kvlm {
 

@@ -49,7 +49,7 @@ class Generation {
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
 
-  // The next token, or false once generation has ended (see finish()).
+  // The next token, or false once generation has ended (why: result().finish).
   bool next(int& token);
   bool done() const { return done_; }
   const GenerateResult& result() const { return r_; }  // so far; complete once done()

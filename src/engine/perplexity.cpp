@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "kv/kv_cache.h"
 #include "engine/forward.h"
+#include "kv/kv_cache.h"
 
 namespace kvlm {
 

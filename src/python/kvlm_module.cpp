@@ -22,9 +22,9 @@
 #include "core/json.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "engine/forward.h"
 #include "engine/generator.h"
 #include "kv/kv_cache.h"
-#include "engine/forward.h"
 #include "model/synthetic.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/text_stream.h"
@@ -94,6 +94,7 @@ class LLM {
     if (threads < 0 || threads > ThreadPool::kMaxThreads) fail("threads must be in [0, ", ThreadPool::kMaxThreads, "]");
     if (kv_residual < 0) fail("kv_residual must be >= 0");
     if (kv_capacity < 0) fail("kv_capacity must be >= 0 (tokens; 0 = as needed)");
+    if (context < 0) fail("context must be >= 0");
     pool_ = std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::default_threads());
     ThreadPool::Scope scope(pool_.get());
     if (!preset.empty()) {  // a built-in shape with synthetic weights (the bench's models)
@@ -114,11 +115,9 @@ class LLM {
       }
     }
     context_ = context > 0 ? std::min(context, model_->cfg.max_seq_len) : model_->cfg.max_seq_len;
-    if (context < 0) fail("context must be >= 0");
-    std::string bos, eos;
     std::string src = !chat_template.empty()                     ? chat_template
                       : tok_ && !tok_->chat_template.empty() ? tok_->chat_template
-                                                             : find_chat_template(path, &bos, &eos);
+                                                             : find_chat_template(path);
     if (!src.empty()) template_ = std::make_unique<ChatTemplate>(src);
   }
 
@@ -159,8 +158,8 @@ class LLM {
     return finish(*g, prompt, text, out);
   }
 
+  // Generation checks the prompt (empty, ids outside the vocabulary, longer than the context).
   std::unique_ptr<Generation> start(const std::vector<int>& prompt, const Sampling& s, bool use_cache) {
-    check_ids(prompt, true);
     check_sampling(s, model_->cfg.vocab_size);
     GenerateOptions opt;
     opt.max_new_tokens = s.max_new_tokens;
