@@ -154,7 +154,7 @@ TEST(GgufRope, UnsupportedRopeKeysAreRefused) {
     m["llama.rope.scale_linear"] = test::gguf_f32(2.0);
   });
   auto a = load_model(gguf_fixture("llama_ropelinear")), b = load_model(legacy);
-  EXPECT_EQ(a->rope_inv_freq, b->rope_inv_freq);
+  EXPECT_EQ(a->rope.inv_freq, b->rope.inv_freq);
   EXPECT_EQ(b->cfg.rope_scaling, "linear");
   EXPECT_FLOAT_EQ(b->cfg.rope_factor, 2.0f);
 }

@@ -20,7 +20,7 @@ namespace {
 TEST(SinkCache, ReRotatedKeysEqualKeysComputedAtTheirNewPositions) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");  // rotate-half RoPE with llama3 scaling, GQA
   const int sinks = 2, window = 6;
-  SinkKvCache sc(*m, sinks, window);
+  SinkKvCache sc(m->cfg, m->rope, sinks, window);
   ContiguousKvCache plain(m->cfg, 64);
   std::vector<int> all;
   std::vector<float> got, want;
@@ -54,7 +54,7 @@ TEST(SinkCache, TenTimesTheContextWithBoundedMemoryAndFiniteLogits) {
   KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "attention sinks on stories260K past its context");
   auto m = load_model(test::shared_path("models/stories260K/stories260K.bin"));
   const int ctx = m->cfg.max_seq_len;  // 512
-  SinkKvCache sc(*m, 4, 124);
+  SinkKvCache sc(m->cfg, m->rope, 4, 124);
   const size_t bytes = sc.bytes_allocated();
   std::vector<float> logits;
   int tok = 1;

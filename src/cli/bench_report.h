@@ -7,15 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "cli/options.h"
+
 namespace kvlm::cli {
 
-struct BenchArgs {
-  std::string weights;  // "" = as stored in the file
-  std::string preset = "distilgpt2", model, tokenizer, prompt = "What is KV caching?", prompt_ids, sweep_out = "kv_sweep.svg";
+struct BenchArgs : ModelArgs, KvCodecArgs {
+  std::string preset = "distilgpt2", prompt = "What is KV caching?", prompt_ids, sweep_out = "kv_sweep.svg";
   int prompt_tokens = 0, runs = 10, warmup = 1, sweep_max = 1024, sweep_points = 16;
   std::vector<int> new_tokens = {20, 100};
-  std::string kv_dtype = "f32";
-  int kv_residual = 128, decode_steps = 16;
+  int decode_steps = 16;
   std::vector<int> decode_at;                 // contexts for the KV-type table
   std::vector<std::string> kv_dtypes = {"f32", "bf16", "int8", "int4"};
   bool json = false, sweep = false, cache_on_only = false, no_roofline = false;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/common.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "engine/engine.h"
 
@@ -13,15 +14,9 @@ namespace kvlm::cli {
 
 namespace {
 
-struct BatchArgs {
-  std::string kv_capacity;  // "" = the default pool
-  std::string weights;  // "" = as stored in the file
-  std::string model, tokenizer, prompts, kv_dtype = "f32";
-  int kv_residual = 128;
-  int max_new_tokens = 64, block_size = 16, kv_blocks = 0, max_batch_tokens = 4096;
-  float temperature = 0.0f, top_p = 1.0f;
-  int top_k = 0;
-  uint64_t seed = 0;
+struct BatchArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs {
+  std::string prompts;
+  int max_new_tokens = 64, max_batch_tokens = 4096;
   bool json = false, no_prefix_cache = false, ignore_eos = false, kv_stats = false;
 };
 
@@ -120,24 +115,14 @@ int run_batch(const BatchArgs& a) {
 Runner add_batch(CLI::App& app) {
   auto a = std::make_shared<BatchArgs>();
   CLI::App* sub = app.add_subcommand("batch", "run many prompts through the batched engine");
-  sub->add_option("--model", a->model, "llama2.c .bin, GGUF file or Hugging Face folder")->required();
-  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
-  sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
+  add_model_options(sub, *a, kModelRequired | kModelTokenizer);
   sub->add_option("--prompts", a->prompts, "text file, one prompt per line")->required();
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens per prompt (default 64)")->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--block-size", a->block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
-  sub->add_option("--kv-capacity", a->kv_capacity, "KV pool capacity: tokens (4096 or 4096tok) or bytes (64MB, 1GB)");
-  sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: all sequences at full length)")
-      ->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--kv-dtype", a->kv_dtype, "KV page element type: f32 (default), bf16, int8, int4");
-  sub->add_option("--kv-residual", a->kv_residual, "newest positions each sequence keeps f32 with quantized pages (default 128)")
-      ->check(CLI::Range(0, 1 << 20));
+  add_kv_pool_options(sub, *a);
+  add_kv_codec_options(sub, *a);
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")
       ->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
-  sub->add_option("--top-k", a->top_k, "top-k")->check(CLI::Range(0, 1 << 24));
-  sub->add_option("--top-p", a->top_p, "top-p")->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--seed", a->seed, "sampling seed (prompt i uses seed + i)");
+  add_sampling_options(sub, *a, "sampling seed (prompt i uses seed + i)");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "compute every prompt in full");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS/BOS");
   sub->add_flag("--kv-stats", a->kv_stats, "print the KV ledger at the end");

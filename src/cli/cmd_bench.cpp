@@ -5,6 +5,7 @@
 
 #include "cli/bench_report.h"
 #include "cli/common.h"
+#include "cli/options.h"
 
 namespace kvlm::cli {
 
@@ -91,9 +92,7 @@ Runner add_bench(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench", "TTFT and TPOT with the KV cache on and off");
   sub->add_option("--preset", a->preset, "built-in shape with synthetic weights: distilgpt2 (default), gpt2, "
                                          "gpt-neo-1.3B, tinyllama-1.1b");
-  sub->add_option("--model", a->model, "benchmark a real model (llama2.c .bin or HF folder) instead");
-  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
-  sub->add_option("--tokenizer", a->tokenizer, "tokenizer for --model (default: found beside it)");
+  add_model_options(sub, *a, kModelTokenizer, "benchmark a real model (llama2.c .bin, GGUF or HF folder) instead");
   sub->add_option("--prompt", a->prompt, "prompt text (with --model)");
   sub->add_option("--prompt-ids", a->prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
   sub->add_option("--prompt-tokens", a->prompt_tokens, "repeat the prompt's ids to N tokens")
@@ -106,9 +105,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--seed", a->seed, "seed of the synthetic weights");
   sub->add_flag("--cache-on-only", a->cache_on_only, "skip the (slow) no-cache runs");
   sub->add_flag("--json", a->json, "print one JSON object");
-  sub->add_option("--kv-dtype", a->kv_dtype, "KV element type for the experiment: f32 (default), bf16, int8, int4");
-  sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with a quantized KV (default 128)")
-      ->check(CLI::Range(kBenchKvResidual.lo, kBenchKvResidual.hi));
+  add_kv_codec_options(sub, *a);
   sub->add_option("--decode-at", a->decode_at, "instead: decode TPOT and KV bytes per KV type at these contexts")
       ->delimiter(',')->check(CLI::Range(kBenchDecodeAt.lo, kBenchDecodeAt.hi));
   sub->add_option("--kv-dtypes", a->kv_dtypes, "KV types for --decode-at (default f32,bf16,int8,int4)")->delimiter(',');

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cli/common.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -20,9 +21,8 @@ namespace {
 using nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 
-struct ServingArgs {
-  std::string weights;  // "" = as stored in the file
-  std::string preset = "distilgpt2", model;
+struct ServingArgs : ModelArgs {
+  std::string preset = "distilgpt2";
   std::vector<int> concurrency = {1, 4, 8, 16};
   int prompt_tokens = 32, new_tokens = 64, prefix_tokens = 400, runs = 3, block_size = 16;
   int waste_requests = 32, waste_max_prompt = 512, waste_max_output = 256;
@@ -184,8 +184,7 @@ Runner add_bench_serving(CLI::App& app) {
   auto a = std::make_shared<ServingArgs>();
   CLI::App* sub = app.add_subcommand("bench-serving", "batched decode, prefix-cache TTFT and KV waste");
   sub->add_option("--preset", a->preset, "built-in shape with synthetic weights (default distilgpt2)");
-  sub->add_option("--model", a->model, "or a real model");
-  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
+  add_model_options(sub, *a, 0, "or a real model");
   sub->add_option("--concurrency", a->concurrency, "sequence counts (default 1,4,8,16)")->delimiter(',')
       ->check(CLI::Range(1, 4096));
   sub->add_option("--prompt-tokens", a->prompt_tokens, "prompt length for the concurrency sweep (default 32)")

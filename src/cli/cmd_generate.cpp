@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
@@ -13,15 +14,10 @@ namespace kvlm::cli {
 
 namespace {
 
-struct GenerateArgs {
-  std::string kv_capacity;  // "" = the default pool
-  std::string weights;  // "" = as stored in the file
-  std::string model, tokenizer, prompt, layout = "paged", kv_dtype = "f32";
-  int kv_residual = 128, sink_tokens = 4, window = 0;
-  int max_new_tokens = 128, ctx = 0, block_size = 16, kv_blocks = 0, parallel = 1;
-  float temperature = 0.0f, top_p = 1.0f;
-  int top_k = 0;
-  uint64_t seed = 0;
+struct GenerateArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs {
+  std::string prompt, layout = "paged";
+  int sink_tokens = 4, window = 0;
+  int max_new_tokens = 128, ctx = 0, parallel = 1;
   bool no_kv_cache = false, json = false, ignore_eos = false, kv_stats = false;
 };
 
@@ -228,28 +224,18 @@ int run_generate(const GenerateArgs& a) {
 Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* sub = app.add_subcommand("generate", "generate text from a prompt");
-  sub->add_option("--model", a->model, "llama2.c .bin, GGUF file or Hugging Face folder")->required();
-  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
-  sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
+  add_model_options(sub, *a, kModelRequired | kModelTokenizer);
   sub->add_option("--prompt", a->prompt, "prompt text")->required();
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24));
-  sub->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
-  sub->add_option("--top-k", a->top_k, "keep the k most likely tokens (0 = all)")->check(CLI::Range(0, 1 << 24));
-  sub->add_option("--top-p", a->top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--seed", a->seed, "sampling seed");
+  add_sampling_options(sub, *a);
   sub->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence at every step");
   sub->add_option("--kv-layout", a->layout, "paged (default) or contiguous");
-  sub->add_option("--kv-dtype", a->kv_dtype, "KV element type of pages (or of the contiguous cache): f32 (default), bf16, int8, int4");
-  sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with a quantized KV (default 128)")
-      ->check(CLI::Range(0, 1 << 24));
+  add_kv_codec_options(sub, *a);
   sub->add_option("--window", a->window, "attention sinks: keep --sink-tokens plus the last W tokens, drop the middle, "
                                          "and generate past the context (contiguous layout)")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--sink-tokens", a->sink_tokens, "first tokens always kept with --window (default 4)")
       ->check(CLI::Range(0, 1 << 24));
-  sub->add_option("--block-size", a->block_size, "tokens per KV block (paged, default 16)")->check(CLI::Range(1, 4096));
-  sub->add_option("--kv-capacity", a->kv_capacity, "KV pool capacity: tokens (4096 or 4096tok) or bytes (64MB, 1GB)");
-  sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: what the run needs)")
-      ->check(CLI::Range(1, 1 << 24));
+  add_kv_pool_options(sub, *a);
   sub->add_flag("--kv-stats", a->kv_stats, "print the KV memory ledger at its peak");
   sub->add_option("--parallel", a->parallel, "sample K continuations that share the prompt's KV blocks")
       ->check(CLI::Range(1, 1024));

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "cli/common.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "engine/forward.h"
 #include "kv/kv_cache.h"
@@ -10,9 +11,8 @@
 namespace kvlm::cli {
 
 namespace {
-struct LogitsArgs {
-  std::string weights;  // "" = as stored in the file
-  std::string model, ids, out;
+struct LogitsArgs : ModelArgs {
+  std::string ids, out;
   bool stepwise = false;
 };
 
@@ -41,8 +41,7 @@ int run_logits(const LogitsArgs& a) {
 Runner add_logits(CLI::App& app) {
   auto a = std::make_shared<LogitsArgs>();
   CLI::App* sub = app.add_subcommand("logits", "write raw f32 logits for token ids");
-  sub->add_option("--model", a->model, "llama2.c .bin or Hugging Face folder")->required();
-  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
+  add_model_options(sub, *a, kModelRequired);
   sub->add_option("--ids", a->ids, "comma-separated token ids")->required();
   sub->add_option("--out", a->out, "output file")->required();
   sub->add_flag("--stepwise", a->stepwise, "feed one token per forward (decode path) instead of one prefill");

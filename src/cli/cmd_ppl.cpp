@@ -3,20 +3,18 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "engine/perplexity.h"
 
 namespace kvlm::cli {
 
 namespace {
-struct PplArgs {
-  std::string weights;  // "" = as stored in the file
-  std::string model, tokenizer, text;
+struct PplArgs : ModelArgs, KvCodecArgs {
+  std::string text;
   int ctx = 0;
   long max_tokens = 0;
   bool json = false;
-  std::string kv_dtype = "f32";
-  int kv_residual = 128;
 };
 
 int run_ppl(const PplArgs& a) {
@@ -66,17 +64,13 @@ int run_ppl(const PplArgs& a) {
 
 Runner add_ppl(CLI::App& app) {
   auto a = std::make_shared<PplArgs>();
-  CLI::App* sub = app.add_subcommand("ppl", "perplexity over non-overlapping windows");
-  sub->add_option("--model", a->model, "llama2.c .bin or Hugging Face folder")->required();
-  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
-  sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
+  CLI::App* sub = app.add_subcommand("ppl", "perplexity over non-overlapping windows; with a --kv-dtype other than f32 it decodes token by token and reports the change against f32 (KLD, top-1)");
+  add_model_options(sub, *a, kModelRequired | kModelTokenizer);
   sub->add_option("--text", a->text, "text file")->required();
   sub->add_option("--ctx", a->ctx, "window length (default: the model's context)")->check(CLI::Range(2, 1 << 24));
   sub->add_option("--max-tokens", a->max_tokens, "score only the first N tokens (BOS included)")
       ->check(CLI::Range(0, 1 << 24));
-  sub->add_option("--kv-dtype", a->kv_dtype, "KV cache type: f32 (default), bf16, int8, int4; non-f32 decodes "
-                                             "token by token and reports the change against f32 (KLD, top-1)");
-  sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 (default 128)")->check(CLI::Range(0, 1 << 24));
+  add_kv_codec_options(sub, *a);
   sub->add_flag("--json", a->json, "print one JSON object");
   return [a] { return run_ppl(*a); };
 }

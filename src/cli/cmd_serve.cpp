@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "cli/common.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/read_file.h"
@@ -16,9 +17,9 @@ namespace kvlm::cli {
 
 namespace {
 
-struct ServeArgs {
-  std::string model, tokenizer, weights, kv_dtype = "f32", kv_capacity, chat_template, host = "127.0.0.1", model_name;
-  int port = 8080, kv_residual = 128, block_size = 16, kv_blocks = 0, max_seqs = 16, ctx = 0, max_batch_tokens = 4096;
+struct ServeArgs : ModelArgs, KvCodecArgs, KvPoolArgs {
+  std::string chat_template, host = "127.0.0.1", model_name;
+  int port = 8080, max_seqs = 16, ctx = 0, max_batch_tokens = 4096;
   int http_threads = 0;  // 0: max(64, 2 x --max-seqs + 4) (an open connection holds its thread)
   size_t max_body = 4 << 20;
   bool no_prefix_cache = false, metrics_need_key = false;
@@ -146,21 +147,15 @@ int run_serve(const ServeArgs& a) {
 Runner add_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (continuous batching, prefix sharing)");
-  sub->add_option("--model", a->model, "llama2.c .bin, GGUF file or Hugging Face folder")->required();
+  add_model_options(sub, *a, kModelRequired | kModelTokenizer);
   sub->add_option("--model-name", a->model_name, "the name clients use in 'model' (default: the --model path)");
-  sub->add_option("--tokenizer", a->tokenizer, "tokenizer file (default: found beside the model)");
-  sub->add_option("--weights", a->weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
   sub->add_option("--host", a->host, "address to listen on (default 127.0.0.1)");
   sub->add_option("--port", a->port, "port (default 8080; 0 = any free port, printed at start)")->check(CLI::Range(0, 65535));
   sub->add_option("--max-seqs", a->max_seqs, "sequences decoded together (default 16)")->check(CLI::Range(1, 4096));
   sub->add_option("--ctx", a->ctx, "per-request context (default: the model's)")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: the model's own)");
-  sub->add_option("--kv-dtype", a->kv_dtype, "KV page element type: f32 (default), bf16, int8, int4");
-  sub->add_option("--kv-residual", a->kv_residual, "newest positions kept f32 with quantized pages (default 128)")
-      ->check(CLI::Range(0, 1 << 20));
-  sub->add_option("--kv-capacity", a->kv_capacity, "KV pool capacity: tokens (4096 or 4096tok) or bytes (64MB, 1GB)");
-  sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks")->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--block-size", a->block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
+  add_kv_codec_options(sub, *a);
+  add_kv_pool_options(sub, *a);
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--http-threads", a->http_threads, "HTTP worker threads: an open connection holds one, asleep while it waits (default: the larger of 64 and 2 x --max-seqs + 4)")

@@ -34,7 +34,23 @@ const IsaRow* isa_table(int* n);
 // KVLM_ISA. Chosen once. Throws on an unknown KVLM_ISA name.
 Isa active_isa();
 const char* isa_name(Isa isa);
-inline bool isa_at_least(Isa isa) { return static_cast<int>(active_isa()) >= static_cast<int>(isa); }
+// This thread's cap on top of that: an execution context's choice (kernels/context.h). Thread
+// pools carry the submitting thread's cap to their workers for each job.
+inline thread_local Isa t_isa_cap = Isa::Avx512;
+inline Isa thread_isa() { return static_cast<int>(t_isa_cap) < static_cast<int>(active_isa()) ? t_isa_cap : active_isa(); }
+inline bool isa_at_least(Isa isa) { return static_cast<int>(thread_isa()) >= static_cast<int>(isa); }
+
+// Sets this thread's cap for the scope's life.
+class IsaScope {
+ public:
+  explicit IsaScope(Isa cap) : prev_(t_isa_cap) { t_isa_cap = cap; }
+  ~IsaScope() { t_isa_cap = prev_; }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+
+ private:
+  Isa prev_;
+};
 
 // Waits a moment in a spin loop (PAUSE on x86, YIELD on Arm).
 inline void cpu_relax() {

@@ -72,6 +72,7 @@ void ThreadPool::worker(int index) {
       std::lock_guard<std::mutex> lock(mu_);
       job = job_;
       n = job_n_;
+      t_isa_cap = job_isa_;
     }
     auto [b, e] = slice(n, n_threads_, index);
     if (b < e) (*job)(b, e);
@@ -90,6 +91,7 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
     job_n_ = n;
+    job_isa_ = t_isa_cap;
     pending_.store(n_threads_ - 1, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }

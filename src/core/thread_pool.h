@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/cpu.h"
+
 namespace kvlm {
 
 class ThreadPool {
@@ -58,6 +60,7 @@ class ThreadPool {
   std::condition_variable wake_cv_;
   const std::function<void(size_t, size_t)>* job_ = nullptr;
   size_t job_n_ = 0;
+  Isa job_isa_ = Isa::Avx512;  // the submitting thread's ISA cap, applied by the workers
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "kernels/context.h"
 #include "kv/ledger.h"
 #include "kv/paged_cache.h"
 #include "model/model.h"
@@ -25,6 +26,7 @@ struct EngineOptions {
   KvDtype kv_dtype = KvDtype::F32;  // precision of the pages
   int kv_residual = 128;         // newest positions each sequence also keeps at f32 (quantized pages)
   int max_seqs = 0;              // sequences decoded together; 0 = as many as the pool holds
+  Context* exec = nullptr;       // execution context of the steps; null = the stepping thread's default
 };
 
 struct SeqParams {

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/context.h"
 #include "kernels/dot.h"
 #include "kernels/ops.h"
 
@@ -15,18 +16,18 @@ namespace {
 // Row-wise work (norms, RoPE, activations) is split across threads once a prefill makes it
 // large: serial, SiLU or GELU over 512 x hidden values was several percent of a prefill.
 template <class F>
-void for_rows(int n, size_t values_per_row, F&& fn) {
+void for_rows(ThreadPool& pool, int n, size_t values_per_row, F&& fn) {
   if (n > 1 && n * values_per_row >= (1u << 16))
-    ThreadPool::global().parallel_for(n, [&](size_t b, size_t e) {
+    pool.parallel_for(n, [&](size_t b, size_t e) {
       for (size_t t = b; t < e; ++t) fn(static_cast<int>(t));
     });
   else
     for (int t = 0; t < n; ++t) fn(t);
 }
 
-void norm_rows(const ModelConfig& c, const float* x, const std::vector<float>& w, const std::vector<float>& b,
-               float* out, int n) {
-  for_rows(n, c.dim, [&](int t) {
+void norm_rows(ThreadPool& pool, const ModelConfig& c, const float* x, const std::vector<float>& w,
+               const std::vector<float>& b, float* out, int n) {
+  for_rows(pool, n, c.dim, [&](int t) {
     const float* xr = x + static_cast<size_t>(t) * c.dim;
     float* o = out + static_cast<size_t>(t) * c.dim;
     if (c.norm == NormKind::RMSNorm)
@@ -42,16 +43,16 @@ struct RowInfo {
   int pos;
 };
 
-void apply_rope(const Model& m, float* x, const std::vector<RowInfo>& rows, int n_heads) {
+void apply_rope(ThreadPool& pool, const Model& m, float* x, const std::vector<RowInfo>& rows, int n_heads) {
   if (m.cfg.rope == RopeKind::None) return;
   const size_t width = static_cast<size_t>(n_heads) * m.cfg.head_dim;
-  for_rows(static_cast<int>(rows.size()), width, [&](int t) { m.rotate_heads(x + t * width, n_heads, rows[t].pos); });
+  for_rows(pool, static_cast<int>(rows.size()), width, [&](int t) { m.rope.rotate_heads(x + t * width, n_heads, rows[t].pos); });
 }
 
 // out[rows][q_dim]: each query attends to its sequence's cached positions and to its chunk's
 // own new K/V (rows of q, k, v), causally and within the layer's window. Work items are
 // (row, KV head): the query heads of a GQA group read each key once together.
-void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const std::vector<int>& first_row,
+void attention(ThreadPool& pool, const ModelConfig& c, const std::vector<SeqChunk>& chunks, const std::vector<int>& first_row,
                const std::vector<RowInfo>& rows, int layer, const float* q, const float* k, const float* v,
                float* out) {
   const int hd = c.head_dim, group = c.n_heads / c.n_kv_heads, kv_dim = c.kv_dim(), q_dim = c.q_dim();
@@ -117,19 +118,21 @@ void attention(const ModelConfig& c, const std::vector<SeqChunk>& chunks, const 
   if (work < (1u << 15))
     body(0, items);
   else
-    ThreadPool::global().parallel_for(items, body);
+    pool.parallel_for(items, body);
 }
 
-void add_rows(float* x, const float* y, int n, size_t width) {
-  for_rows(n, width, [&](int t) {
+void add_rows(ThreadPool& pool, float* x, const float* y, int n, size_t width) {
+  for_rows(pool, n, width, [&](int t) {
     for (size_t i = t * width; i < (t + 1) * width; ++i) x[i] += y[i];
   });
 }
 
 }  // namespace
 
-void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vector<float>& logits) {
+void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& chunks, std::vector<float>& logits) {
   const ModelConfig& c = m.cfg;
+  ContextScope isa(ctx);
+  ThreadPool& pool = ctx.pool();
   const size_t D = c.dim;
   std::vector<RowInfo> rows;
   std::vector<int> first_row;
@@ -151,57 +154,59 @@ void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vec
   }
   const int n = static_cast<int>(rows.size());
 
-  // Activations, one row per token of the batch.
-  std::vector<float> x(n * D);                                      // [n][dim] residual stream
-  std::vector<float> xn(n * D);                                     // [n][dim] normed
-  std::vector<float> q(static_cast<size_t>(n) * c.q_dim());         // [n][q_dim]
-  std::vector<float> k(static_cast<size_t>(n) * c.kv_dim());        // [n][kv_dim]
-  std::vector<float> v(static_cast<size_t>(n) * c.kv_dim());        // [n][kv_dim]
-  std::vector<float> att(static_cast<size_t>(n) * c.q_dim());       // [n][q_dim]
-  std::vector<float> h1(static_cast<size_t>(n) * c.hidden_dim);     // [n][hidden]
-  std::vector<float> h2(c.mlp == MlpKind::SwiGLU ? h1.size() : 0);  // [n][hidden] (up, SwiGLU)
-  std::vector<float> tmp(n * D);                                    // [n][dim]
+  // Activations, one row per token of the batch, in the context's scratch: allocated once for
+  // the largest batch it has run, then reused. Every buffer is written before it is read.
+  const size_t N = n;
+  float* x = ctx.scratch(0, N * D);                        // [n][dim] residual stream
+  float* xn = ctx.scratch(1, N * D);                       // [n][dim] normed
+  float* q = ctx.scratch(2, N * c.q_dim());                // [n][q_dim]
+  float* k = ctx.scratch(3, N * c.kv_dim());               // [n][kv_dim]
+  float* v = ctx.scratch(4, N * c.kv_dim());               // [n][kv_dim]
+  float* att = ctx.scratch(5, N * c.q_dim());              // [n][q_dim]
+  float* h1 = ctx.scratch(6, N * c.hidden_dim);            // [n][hidden]
+  float* h2 = c.mlp == MlpKind::SwiGLU ? ctx.scratch(7, N * c.hidden_dim) : nullptr;  // [n][hidden] (up)
+  float* tmp = ctx.scratch(8, N * D);                      // [n][dim]
 
   for (int t = 0; t < n; ++t) {
     const SeqChunk& ch = chunks[rows[t].chunk];
     int tok = ch.tokens[t - first_row[rows[t].chunk]];
-    std::copy_n(m.tok_emb.data() + static_cast<size_t>(tok) * D, D, x.data() + t * D);
-    if (c.learned_positions) add_rows(x.data() + t * D, m.pos_emb.data() + static_cast<size_t>(rows[t].pos) * D, 1, D);
+    std::copy_n(m.tok_emb.data() + static_cast<size_t>(tok) * D, D, x + t * D);
+    if (c.learned_positions) add_rows(pool, x + t * D, m.pos_emb.data() + static_cast<size_t>(rows[t].pos) * D, 1, D);
   }
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = m.layers[l];
-    norm_rows(c, x.data(), L.attn_norm, L.attn_norm_bias, xn.data(), n);
-    L.wq.forward(xn.data(), n, q.data());
-    L.wk.forward(xn.data(), n, k.data());
-    L.wv.forward(xn.data(), n, v.data());
-    apply_rope(m, q.data(), rows, c.n_heads);
-    apply_rope(m, k.data(), rows, c.n_kv_heads);
-    attention(c, chunks, first_row, rows, l, q.data(), k.data(), v.data(), att.data());
+    norm_rows(pool, c, x, L.attn_norm, L.attn_norm_bias, xn, n);
+    L.wq.forward(xn, n, q, ctx);
+    L.wk.forward(xn, n, k, ctx);
+    L.wv.forward(xn, n, v, ctx);
+    apply_rope(pool, m, q, rows, c.n_heads);
+    apply_rope(pool, m, k, rows, c.n_kv_heads);
+    attention(pool, c, chunks, first_row, rows, l, q, k, v, att);
     for (size_t i = 0; i < chunks.size(); ++i) {
       size_t off = static_cast<size_t>(first_row[i]) * c.kv_dim();
-      chunks[i].kv->store(l, chunks[i].kv->length(), chunks[i].n, k.data() + off, v.data() + off);
+      chunks[i].kv->store(l, chunks[i].kv->length(), chunks[i].n, k + off, v + off);
     }
-    L.wo.forward(att.data(), n, tmp.data());
-    add_rows(x.data(), tmp.data(), n, D);
+    L.wo.forward(att, n, tmp, ctx);
+    add_rows(pool, x, tmp, n, D);
 
-    norm_rows(c, x.data(), L.mlp_norm, L.mlp_norm_bias, xn.data(), n);
+    norm_rows(pool, c, x, L.mlp_norm, L.mlp_norm_bias, xn, n);
     if (c.mlp == MlpKind::SwiGLU) {
-      L.w_gate.forward(xn.data(), n, h1.data());
-      L.w_up.forward(xn.data(), n, h2.data());
-      for_rows(n, c.hidden_dim, [&](int t) {
+      L.w_gate.forward(xn, n, h1, ctx);
+      L.w_up.forward(xn, n, h2, ctx);
+      for_rows(pool, n, c.hidden_dim, [&](int t) {
         const size_t H = c.hidden_dim;
-        silu_mul(h1.data() + t * H, h2.data() + t * H, H);
+        silu_mul(h1 + t * H, h2 + t * H, H);
       });
     } else {
-      L.w_up.forward(xn.data(), n, h1.data());
-      for_rows(n, c.hidden_dim, [&](int t) {
+      L.w_up.forward(xn, n, h1, ctx);
+      for_rows(pool, n, c.hidden_dim, [&](int t) {
         const size_t H = c.hidden_dim;
-        gelu_tanh_inplace(h1.data() + t * H, H);
+        gelu_tanh_inplace(h1 + t * H, H);
       });
     }
-    L.w_down.forward(h1.data(), n, tmp.data());
-    add_rows(x.data(), tmp.data(), n, D);
+    L.w_down.forward(h1, n, tmp, ctx);
+    add_rows(pool, x, tmp, n, D);
   }
   for (const SeqChunk& ch : chunks) ch.kv->set_length(ch.kv->length() + ch.n);
 
@@ -212,17 +217,26 @@ void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vec
     for (int t = first; t < chunks[i].n; ++t) out_rows.push_back(first_row[i] + t);
   }
   const int R = static_cast<int>(out_rows.size());
-  for (int r = 0; r < R; ++r) std::copy_n(x.data() + out_rows[r] * D, D, tmp.data() + r * D);
-  norm_rows(c, tmp.data(), m.final_norm, m.final_norm_bias, xn.data(), R);
+  for (int r = 0; r < R; ++r) std::copy_n(x + out_rows[r] * D, D, tmp + r * D);
+  norm_rows(pool, c, tmp, m.final_norm, m.final_norm_bias, xn, R);
   logits.resize(static_cast<size_t>(R) * c.vocab_size);
   if (m.lm_head.out == 0)  // tied, f32: read the embedding table itself
-    matmul(m.tok_emb.data(), nullptr, c.vocab_size, c.dim, xn.data(), R, logits.data());
+    matmul(m.tok_emb.data(), nullptr, c.vocab_size, c.dim, xn, R, logits.data(), &pool);
   else
-    m.lm_head.forward(xn.data(), R, logits.data());
+    m.lm_head.forward(xn, R, logits.data(), ctx);
+}
+
+void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vector<float>& logits) {
+  forward_batch(Context::this_thread(), m, chunks, logits);
+}
+
+void forward(Context& ctx, const Model& m, KvCache& kv, const int* tokens, int n, LogitsFor which,
+             std::vector<float>& logits) {
+  forward_batch(ctx, m, {SeqChunk{&kv, tokens, n, which}}, logits);
 }
 
 void forward(const Model& m, KvCache& kv, const int* tokens, int n, LogitsFor which, std::vector<float>& logits) {
-  forward_batch(m, {SeqChunk{&kv, tokens, n, which}}, logits);
+  forward(Context::this_thread(), m, kv, tokens, n, which, logits);
 }
 
 }  // namespace kvlm

@@ -3,6 +3,7 @@
 #pragma once
 #include <vector>
 
+#include "kernels/context.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 
@@ -19,10 +20,14 @@ struct SeqChunk {
 };
 
 // Runs every chunk, stores their K/V in their caches and advances them. logits receives, chunk
-// after chunk, [n][vocab] rows (All) or one [vocab] row (Last).
+// after chunk, [n][vocab] rows (All) or one [vocab] row (Last). Runs on ctx (its pool, ISA and
+// activation scratch); the forms without a context use this thread's default one.
+void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& chunks, std::vector<float>& logits);
 void forward_batch(const Model& m, const std::vector<SeqChunk>& chunks, std::vector<float>& logits);
 
 // A batch of one.
+void forward(Context& ctx, const Model& m, KvCache& kv, const int* tokens, int n, LogitsFor which,
+             std::vector<float>& logits);
 void forward(const Model& m, KvCache& kv, const int* tokens, int n, LogitsFor which, std::vector<float>& logits);
 
 }  // namespace kvlm

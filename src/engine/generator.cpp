@@ -43,7 +43,7 @@ Generation::Generation(const Model& m, std::vector<int> prompt, const GenerateOp
   // With the cache on, one cache lives for the whole run. With it off, every step starts an
   // empty one and recomputes all positions: same forward, no reuse, nothing kept.
   if (sinks && opt.use_kv_cache)
-    cache_ = std::make_unique<SinkKvCache>(m, opt.sink_tokens, opt.window);
+    cache_ = std::make_unique<SinkKvCache>(m.cfg, m.rope, opt.sink_tokens, opt.window);
   else  // grows as positions arrive: sized by need, not by the context limit
     cache_ = std::make_unique<ContiguousKvCache>(c, opt.use_kv_cache ? total_ : 1, opt.kv_dtype, opt.kv_residual);
   done_ = static_cast<int>(seq_.size()) >= total_;
@@ -60,10 +60,10 @@ bool Generation::next(int& token) {
   if (opt_.use_kv_cache) {
     // Tokens the cache has not seen: all of the prompt first, then the last sampled one.
     int todo = r_.generated.empty() ? static_cast<int>(seq_.size()) : 1;
-    forward(m_, *cache_, seq_.data() + seq_.size() - todo, todo, LogitsFor::Last, logits_);
+    forward(ctx(), m_, *cache_, seq_.data() + seq_.size() - todo, todo, LogitsFor::Last, logits_);
   } else {
     ContiguousKvCache scratch(c, static_cast<int>(seq_.size()));
-    forward(m_, scratch, seq_.data(), static_cast<int>(seq_.size()), LogitsFor::Last, logits_);
+    forward(ctx(), m_, scratch, seq_.data(), static_cast<int>(seq_.size()), LogitsFor::Last, logits_);
   }
   token = sampler_->sample(logits_.data(), c.vocab_size);
   const double te = now_ms();

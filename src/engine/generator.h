@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "kernels/context.h"
 #include "kv/kv_quant.h"
 #include "model/model.h"
 
@@ -21,6 +22,7 @@ struct GenerateOptions {
   int kv_residual = 128;    // newest positions kept f32 when kv_dtype is quantized
   int sink_tokens = 0;      // with window > 0: StreamingLLM, keep sink_tokens + the last window
   int window = 0;
+  Context* exec = nullptr;     // execution context; null = the calling thread's default
 };
 
 // Why generation ended. OpenAI's finish_reason is "stop" for Eos and "length" for the other two.
@@ -65,6 +67,7 @@ class Generation {
   int total_ = 0;
   bool done_ = false;
   double t0_ms_ = 0;
+  Context& ctx() const { return opt_.exec ? *opt_.exec : Context::this_thread(); }
 };
 
 // on_token(id) is called as each token is produced (for streaming).

@@ -106,6 +106,6 @@ void axpy_f32(float alpha, const float* x, float* y, size_t n) { dispatch().axpy
 void dot4_f32(const float* a, const float* b, size_t b_stride, size_t n, float* out) {
   dispatch().dot4(a, b, b_stride, n, out);
 }
-const char* kernel_isa() { return isa_name(active_isa()); }
+const char* kernel_isa() { return isa_name(thread_isa()); }
 
 }  // namespace kvlm

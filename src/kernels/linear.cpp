@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "kernels/context.h"
 #include "kernels/dot.h"
 #include "kernels/ops.h"
 #include "kernels/qgemm.h"
@@ -199,10 +200,13 @@ size_t Linear::bytes() const {
   return (w.size() + b.size()) * sizeof(float) + w16.size() * 2 + packed.size();
 }
 
-void Linear::forward(const float* x, int n, float* y) const {
+void Linear::forward(const float* x, int n, float* y) const { forward(x, n, y, Context::this_thread()); }
+
+void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
+  ThreadPool& pool = ctx.pool();
   const float* B = b.empty() ? nullptr : b.data();
   if (fmt == WeightFormat::F32) {
-    matmul(w.data(), B, out, in, x, n, y);
+    matmul(w.data(), B, out, in, x, n, y, &pool);
     return;
   }
   if (fmt == WeightFormat::BF16 || fmt == WeightFormat::F16) {
@@ -215,11 +219,11 @@ void Linear::forward(const float* x, int n, float* y) const {
     if (static_cast<size_t>(out) * in * n < kMinParallelWork)
       body(0, out);
     else
-      ThreadPool::global().parallel_for(out, body);
+      pool.parallel_for(out, body);
     return;
   }
-  QuantizedActs acts;  // activations to Q8_0 once per call, as llama.cpp does
-  acts.quantize(x, n, in);
+  QuantizedActs& acts = ctx.quantized_acts();  // activations to Q8_0 once per call, as llama.cpp does
+  acts.quantize(x, n, in, &pool);
   const size_t gbytes = q_group_bytes(fmt, in / 32);
   const int groups = (out + kGroupRows - 1) / kGroupRows;
   // Each group of 8 weight rows stays in L1 while every token tile of up to 4 passes over it.
@@ -241,7 +245,7 @@ void Linear::forward(const float* x, int n, float* y) const {
   if (static_cast<size_t>(out) * in * n < kMinParallelWork)
     body(0, groups);
   else
-    ThreadPool::global().parallel_for(groups, body);
+    pool.parallel_for(groups, body);
 }
 
 }  // namespace kvlm

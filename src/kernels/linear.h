@@ -11,6 +11,8 @@
 
 namespace kvlm {
 
+class Context;
+
 enum class WeightFormat { F32, BF16, Q8_0, Q4_0, F16 };
 const char* weight_format_name(WeightFormat f);
 WeightFormat parse_weight_format(const std::string& s);  // "f32", "f16", "bf16", "q8_0", "q4_0"
@@ -23,6 +25,9 @@ struct Linear {
   HugeVector<uint8_t> packed;  // ceil(out/8) groups of 8 interleaved rows (Q8_0, Q4_0)
   std::vector<float> b;        // [out], or empty when the layer has no bias
 
+  // Runs on ctx's pool, reusing its quantized-activation buffer; the short form on this
+  // thread's default context.
+  void forward(const float* x, int n, float* y, Context& ctx) const;
   void forward(const float* x, int n, float* y) const;
   // Re-encodes the weights (quantized ones through the f32 values they stand for); returns false
   // (and keeps f32) when `in` is not a multiple of 32.

@@ -14,7 +14,7 @@ namespace {
 constexpr size_t kMinParallelWork = 1 << 16;  // multiply-adds
 }  // namespace
 
-void matmul(const float* W, const float* B, int rows, int cols, const float* x, int n, float* y) {
+void matmul(const float* W, const float* B, int rows, int cols, const float* x, int n, float* y, ThreadPool* pool) {
   // Threads split the output rows, so each streams a disjoint slice of W once for all n tokens.
   auto body = [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r) {
@@ -34,7 +34,7 @@ void matmul(const float* W, const float* B, int rows, int cols, const float* x, 
   if (static_cast<size_t>(rows) * cols * n < kMinParallelWork)
     body(0, rows);
   else
-    ThreadPool::global().parallel_for(static_cast<size_t>(rows), body);
+    (pool ? *pool : ThreadPool::global()).parallel_for(static_cast<size_t>(rows), body);
 }
 
 void rmsnorm(const float* x, const float* weight, float* out, int dim, float eps) {

@@ -8,7 +8,9 @@
 namespace kvlm {
 
 // y[n][out] = x[n][in] * W^T (+ b). W is row-major [out][in]; b may be null.
-void matmul(const float* W, const float* b, int out, int in, const float* x, int n, float* y);
+// pool: where it is split (default: the process pool).
+class ThreadPool;
+void matmul(const float* W, const float* b, int out, int in, const float* x, int n, float* y, ThreadPool* pool = nullptr);
 
 // out[i] = x[i] / rms(x) * weight[i]
 void rmsnorm(const float* x, const float* weight, float* out, int dim, float eps);

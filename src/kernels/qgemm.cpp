@@ -103,7 +103,7 @@ void unpack_to_f32(WeightFormat f, const uint8_t* packed, int out, int in, float
     }
 }
 
-void QuantizedActs::quantize(const float* x, int n_tokens, int in_features) {
+void QuantizedActs::quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool) {
   n = n_tokens;
   in = in_features;
   nb = in / 32;
@@ -122,7 +122,7 @@ void QuantizedActs::quantize(const float* x, int n_tokens, int in_features) {
   };
   // A prefill's activations are megabytes: quantizing them on one thread showed in profiles.
   if (n >= 16)
-    ThreadPool::global().parallel_for(n, rows);
+    (pool ? *pool : ThreadPool::global()).parallel_for(n, rows);
   else
     rows(0, n);
 }

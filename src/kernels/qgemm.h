@@ -17,6 +17,8 @@
 
 namespace kvlm {
 
+class ThreadPool;
+
 enum class WeightFormat;
 
 constexpr int kGroupRows = 8;
@@ -39,7 +41,8 @@ struct QuantizedActs {
   std::vector<float> d;    // [n][nb] block scales
   std::vector<int8_t> q;   // [n][in]
   std::vector<float> x8;   // [n][nb] 8 * sum of the block's quants (the Q4_0 offset term)
-  void quantize(const float* x, int n_tokens, int in_features);
+  // pool: where a large batch is split (default: the process pool).
+  void quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool = nullptr);
 };
 
 // out[t][i] = dot(row i of the group, token t0 + t), for nt <= 4 tokens.

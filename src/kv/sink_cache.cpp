@@ -3,22 +3,21 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "model/model.h"
 
 namespace kvlm {
 
-SinkKvCache::SinkKvCache(const Model& m, int sinks, int window)
-    : model_(m), sinks_(sinks), slots_(0), kv_dim_(m.cfg.kv_dim()) {
+SinkKvCache::SinkKvCache(const ModelConfig& cfg, const RopeTable& rope, int sinks, int window)
+    : rope_(rope), n_kv_heads_(cfg.n_kv_heads), head_dim_(cfg.head_dim), sinks_(sinks), slots_(0), kv_dim_(cfg.kv_dim()) {
   if (sinks < 0 || window < 1) fail("attention sinks need sink tokens >= 0 and a window >= 1");
   const int64_t slots = static_cast<int64_t>(sinks) + window;  // in 64 bits: no wrap before the check
-  if (slots > m.cfg.max_seq_len)
-    fail("sink tokens + window (", slots, ") exceed the model's context ", m.cfg.max_seq_len);
+  if (slots > cfg.max_seq_len)
+    fail("sink tokens + window (", slots, ") exceed the model's context ", cfg.max_seq_len);
   slots_ = static_cast<int>(slots);
-  if (m.cfg.rope == RopeKind::None)
-    fail("attention sinks need a RoPE model: ", m.cfg.arch, " bakes positions into its embeddings");
-  if (slots_ > m.cfg.max_seq_len)
-    fail("sink tokens + window (", slots_, ") exceed the model's context ", m.cfg.max_seq_len);
-  for (int l = 0; l < m.cfg.n_layers; ++l) {
+  if (cfg.rope == RopeKind::None || rope.kind == RopeKind::None)
+    fail("attention sinks need a RoPE model: ", cfg.arch, " bakes positions into its embeddings");
+  if (slots_ > cfg.max_seq_len)
+    fail("sink tokens + window (", slots_, ") exceed the model's context ", cfg.max_seq_len);
+  for (int l = 0; l < cfg.n_layers; ++l) {
     k_.emplace_back(static_cast<size_t>(slots_) * kv_dim_);
     v_.emplace_back(static_cast<size_t>(slots_) * kv_dim_);
   }
@@ -31,7 +30,6 @@ void SinkKvCache::prepare(int pos, int n) {
 }
 
 void SinkKvCache::evict(int e) {
-  const ModelConfig& c = model_.cfg;
   const int first = sinks_ + e, keep = length_ - first;  // rows [first, length) move to [sinks, ...)
   for (size_t l = 0; l < k_.size(); ++l) {
     float* k = k_[l].data();
@@ -41,8 +39,7 @@ void SinkKvCache::evict(int e) {
     std::memmove(v + static_cast<size_t>(sinks_) * kv_dim_, v + static_cast<size_t>(first) * kv_dim_,
                  static_cast<size_t>(keep) * kv_dim_ * sizeof(float));
     for (int r = 0; r < keep; ++r)
-      for (int h = 0; h < c.n_kv_heads; ++h)
-        model_.rotate(k + static_cast<size_t>(sinks_ + r) * kv_dim_ + h * c.head_dim, -e);
+      rope_.rotate_heads(k + static_cast<size_t>(sinks_ + r) * kv_dim_, n_kv_heads_, -e);
   }
   length_ -= e;
   evicted_ += e;

@@ -8,14 +8,13 @@
 #include <vector>
 
 #include "kv/kv_cache.h"
+#include "model/rope.h"
 
 namespace kvlm {
 
-struct Model;
-
 class SinkKvCache : public KvCache {
  public:
-  SinkKvCache(const Model& m, int sinks, int window);
+  SinkKvCache(const ModelConfig& cfg, const RopeTable& rope, int sinks, int window);
 
   int length() const override { return length_; }
   int capacity() const override { return 1 << 30; }  // a stream: eviction keeps it bounded
@@ -33,7 +32,8 @@ class SinkKvCache : public KvCache {
  private:
   void evict(int e);
 
-  const Model& model_;
+  const RopeTable& rope_;
+  int n_kv_heads_, head_dim_;
   int sinks_, slots_, kv_dim_, length_ = 0;
   long evicted_ = 0;
   std::vector<std::vector<float>> k_, v_;  // [n_layers][slots][kv_dim]

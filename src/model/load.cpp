@@ -9,9 +9,9 @@
 #include "core/read_file.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
-#include "model/gguf_model.h"
 #include "io/safetensors.h"
-#include "model/bind_weights.h"
+#include "model/family.h"
+#include "model/gguf_model.h"
 #include "model/hf_config.h"
 #include "model/model.h"
 
@@ -29,22 +29,6 @@ size_t Model::weight_bytes() const {
   return bytes;
 }
 
-void Model::rotate(float* head, int pos) const { rotate_heads(head, 1, pos); }
-
-void Model::rotate_heads(float* heads, int n_heads, int pos) const {
-  if (cfg.rope == RopeKind::None) return;
-  const int half = cfg.head_dim / 2;
-  float cs[512], sn[512];  // head_dim is validated to at most 1024
-  rope_angles(pos, rope_inv_freq.data(), half, cs, sn);
-  for (int h = 0; h < n_heads; ++h) {
-    float* v = heads + static_cast<size_t>(h) * cfg.head_dim;
-    if (cfg.rope == RopeKind::AdjacentPairs)
-      rope_adjacent(v, cfg.head_dim, cs, sn);
-    else
-      rope_rotate_half(v, cfg.head_dim, cs, sn);
-  }
-}
-
 size_t Model::n_params() const {
   size_t n = tok_emb.size() + pos_emb.size() + final_norm.size() + final_norm_bias.size();
   auto lin = [](const Linear& l) { return static_cast<size_t>(l.out) * l.in + l.b.size(); };
@@ -56,31 +40,7 @@ size_t Model::n_params() const {
   return n;
 }
 
-void Model::init_rope() {
-  rope_inv_freq.clear();
-  if (cfg.rope == RopeKind::None) return;
-  const double pi = 3.14159265358979323846;
-  for (int i = 0; i < cfg.head_dim / 2; ++i) {
-    double f = 1.0 / std::pow(static_cast<double>(cfg.rope_theta), (2.0 * i) / cfg.head_dim);
-    if (cfg.rope_scaling == "linear") {
-      f /= cfg.rope_factor;
-    } else if (cfg.rope_scaling == "llama3") {
-      // Long wavelengths are slowed by `factor`, short ones kept, the band between blended.
-      double low_wavelen = cfg.rope_original_max_pos / cfg.rope_low_freq_factor;
-      double high_wavelen = cfg.rope_original_max_pos / cfg.rope_high_freq_factor;
-      double wavelen = 2 * pi / f;
-      if (wavelen > low_wavelen) {
-        f /= cfg.rope_factor;
-      } else if (wavelen >= high_wavelen) {
-        double smooth = (cfg.rope_original_max_pos / wavelen - cfg.rope_low_freq_factor) /
-                        (cfg.rope_high_freq_factor - cfg.rope_low_freq_factor);
-        f = (1 - smooth) * f / cfg.rope_factor + smooth * f;
-      }
-    }
-    if (!cfg.rope_freq_divisors.empty()) f /= cfg.rope_freq_divisors[i];
-    rope_inv_freq.push_back(static_cast<float>(f));
-  }
-}
+void Model::init_rope() { rope = RopeTable::for_config(cfg); }
 
 void Model::check_shapes(const std::string& source) const {
   const ModelConfig& c = cfg;
@@ -118,8 +78,8 @@ void Model::check_shapes(const std::string& source) const {
     lin(L.w_down, c.dim, c.hidden_dim, p + "down projection");
   }
   if (c.rope != RopeKind::None) {
-    need(rope_inv_freq.size(), static_cast<size_t>(c.head_dim / 2), "RoPE frequency table");
-    for (float f : rope_inv_freq)
+    need(rope.inv_freq.size(), static_cast<size_t>(c.head_dim / 2), "RoPE frequency table");
+    for (float f : rope.inv_freq)
       if (!std::isfinite(f) || !(f > 0)) fail(source, ": RoPE frequencies are not finite positive numbers");
   }
 }
@@ -161,15 +121,7 @@ std::unique_ptr<Model> load_hf(const fs::path& dir) {
       m->stored_format = src.get(probe).dtype == DType::F16    ? WeightFormat::F16
                          : src.get(probe).dtype == DType::BF16 ? WeightFormat::BF16
                                                                : WeightFormat::F32;
-  const std::string& arch = m->cfg.arch;
-  if (arch == "gpt2")
-    bind_gpt2(src, *m);
-  else if (arch == "gpt_neo")
-    bind_gpt_neo(src, *m);
-  else if (arch == "llama" || arch == "mistral" || arch == "qwen2")
-    bind_llama(src, *m);
-  else
-    fail(dir.string(), ": no weight binding for architecture '", arch, "'");
+  family_named(m->cfg.arch, dir.string()).bind(src, *m, TensorLayout::HuggingFace);
   m->init_rope();
   return m;
 }
@@ -199,7 +151,7 @@ std::unique_ptr<Model> load_llama2c(const std::string& path) {
   Llama2cHeader h = read_llama2c(path, src);
   auto m = std::make_unique<Model>();
   m->cfg = llama2c_config(h, path);
-  bind_llama(src, *m);
+  family_named("llama", path).bind(src, *m, TensorLayout::HuggingFace);
   m->init_rope();
   return m;
 }

@@ -6,6 +6,7 @@
 
 #include "kernels/ops.h"
 #include "model/config.h"
+#include "model/rope.h"
 
 namespace kvlm {
 
@@ -25,18 +26,14 @@ struct Model {
   std::vector<LayerWeights> layers;            // [n_layers]
   std::vector<float> final_norm, final_norm_bias;  // [dim]
   Linear lm_head;                              // [vocab][dim]; empty when tied to tok_emb
-  std::vector<float> rope_inv_freq;            // [head_dim/2]
+  RopeTable rope;                              // RoPE inverse frequencies (none without RoPE)
   WeightFormat stored_format = WeightFormat::F32;  // the matrices' type in the file (load keeps it)
 
   // Bytes of all weights (what one decode step must read at least once).
   size_t weight_bytes() const;
   size_t n_params() const;
-  // Fills rope_inv_freq from cfg.rope_theta; call after the config is final.
+  // Fills the RoPE table from cfg; call after the config is final.
   void init_rope();
-  // Rotates one head vector to position pos in this model's RoPE convention (no-op without RoPE).
-  void rotate(float* head, int pos) const;
-  // The same for n_heads consecutive head vectors of one position (angles computed once).
-  void rotate_heads(float* heads, int n_heads, int pos) const;
   // Checks every weight's shape against cfg (throws naming the tensor): run before any forward,
   // so a file whose shapes disagree with its config is an error, never an out-of-bounds access.
   void check_shapes(const std::string& source) const;

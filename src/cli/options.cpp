@@ -1,0 +1,34 @@
+#include "cli/options.h"
+
+namespace kvlm::cli {
+
+void add_model_options(CLI::App* sub, ModelArgs& a, unsigned which, const std::string& model_help) {
+  CLI::Option* m = sub->add_option("--model", a.model,
+                                   model_help.empty() ? "llama2.c .bin, GGUF file or Hugging Face folder" : model_help);
+  if (which & kModelRequired) m->required();
+  sub->add_option("--weights", a.weights, "run the matrices as f32, f16, bf16, q8_0 or q4_0 (default: as stored)");
+  if (which & kModelTokenizer)
+    sub->add_option("--tokenizer", a.tokenizer, "tokenizer file (default: found beside the model)");
+}
+
+void add_kv_codec_options(CLI::App* sub, KvCodecArgs& a) {
+  sub->add_option("--kv-dtype", a.kv_dtype, "KV element type: f32 (default), bf16, int8, int4");
+  sub->add_option("--kv-residual", a.kv_residual, "newest positions each sequence keeps f32 beside quantized pages (default 128)")
+      ->check(CLI::Range(0, 1 << 24));
+}
+
+void add_kv_pool_options(CLI::App* sub, KvPoolArgs& a) {
+  sub->add_option("--block-size", a.block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
+  sub->add_option("--kv-capacity", a.kv_capacity, "KV pool capacity: tokens (4096 or 4096tok) or bytes (64MB, 1GB)");
+  sub->add_option("--kv-blocks", a.kv_blocks, "KV pool size in blocks (default: what the run needs)")
+      ->check(CLI::Range(1, 1 << 24));
+}
+
+void add_sampling_options(CLI::App* sub, SamplingArgs& a, const std::string& seed_help) {
+  sub->add_option("--temperature", a.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--top-k", a.top_k, "keep the k most likely tokens (0 = all)")->check(CLI::Range(0, 1 << 24));
+  sub->add_option("--top-p", a.top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--seed", a.seed, seed_help);
+}
+
+}  // namespace kvlm::cli

@@ -1,0 +1,165 @@
+// Llama (LlamaForCausalLM; llama2.c checkpoints too): RMSNorm, SwiGLU, RoPE, grouped-query
+// attention, optional biases (attention_bias, mlp_bias), Llama 3 / linear RoPE scaling.
+#include "model/families/llama.h"
+
+#include "model/bind_weights.h"
+#include "model/gguf_model.h"
+
+namespace kvlm {
+
+ModelConfig llama_like_from_hf(const HfReader& r, const char* arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.dim = r.integer("hidden_size");
+  c.hidden_dim = r.integer("intermediate_size");
+  c.n_layers = r.integer("num_hidden_layers");
+  c.n_heads = r.integer("num_attention_heads");
+  c.n_kv_heads = r.integer_or("num_key_value_heads", c.n_heads);
+  if (c.n_heads <= 0) fail(r.label, ": num_attention_heads must be positive");
+  c.head_dim = r.integer_or("head_dim", c.dim / c.n_heads);
+  c.vocab_size = r.integer("vocab_size");
+  c.max_seq_len = r.integer("max_position_embeddings");
+  c.norm_eps = r.number_or("rms_norm_eps", 1e-6f);
+  c.rope = RopeKind::RotateHalf;
+  c.rope_theta = r.number_or("rope_theta", 10000.0f);
+  c.norm = NormKind::RMSNorm;
+  c.mlp = MlpKind::SwiGLU;
+  r.check_activation("hidden_act", "silu", "swish");
+  c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+  c.bos_id = r.integer_or("bos_token_id", 1);
+  c.eos_id = r.integer_or("eos_token_id", 2);
+  c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
+  // transformers >= 5 nests theta and scaling in rope_parameters; older configs use
+  // rope_theta plus rope_scaling.
+  const char* scaling_key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  // Both spellings at once must agree: one silently winning over the other hides a wrong model.
+  if (r.has("rope_parameters") && r.has("rope_scaling") && r.j["rope_scaling"] != r.j["rope_parameters"])
+    fail(r.label, ": rope_scaling and rope_parameters disagree; keep one");
+  if (r.has("rope_parameters") && r.has("rope_theta") && r.j["rope_parameters"].is_object() &&
+      r.j["rope_parameters"].contains("rope_theta") && r.j["rope_parameters"]["rope_theta"] != r.j["rope_theta"])
+    fail(r.label, ": rope_theta and rope_parameters.rope_theta disagree; keep one");
+  if (r.has(scaling_key)) {
+    const nlohmann::json& rs = r.j[scaling_key];
+    if (!rs.is_object()) fail(r.label, ": ", scaling_key, " must be an object");
+    HfReader s{rs, r.label};
+    c.rope_theta = s.number_or("rope_theta", c.rope_theta);
+    std::string type = s.string_or("rope_type", s.string_or("type", ""));
+    if (type == "default") type = "";
+    if (type != "" && type != "linear" && type != "llama3")
+      fail(r.label, ": unsupported rope scaling type '", type, "' (supported: linear, llama3)");
+    c.rope_scaling = type;
+    c.rope_factor = s.number_or("factor", 1.0f);
+    c.rope_low_freq_factor = s.number_or("low_freq_factor", 1.0f);
+    c.rope_high_freq_factor = s.number_or("high_freq_factor", 4.0f);
+    c.rope_original_max_pos = s.integer_or("original_max_position_embeddings", 8192);
+    if (!(c.rope_factor > 0) || !(c.rope_high_freq_factor > c.rope_low_freq_factor) || c.rope_original_max_pos <= 0)
+      fail(r.label, ": rope scaling values out of range");
+  }
+  return c;
+}
+
+void apply_layer_types(const HfReader& r, ModelConfig& c, int window) {
+  if (!r.has("layer_types") || window <= 0) return;
+  const nlohmann::json& lt = r.j["layer_types"];
+  if (!lt.is_array() || static_cast<int>(lt.size()) != c.n_layers)
+    fail(r.label, ": layer_types must list one entry per layer");
+  for (int i = 0; i < c.n_layers; ++i) c.layer_window[i] = lt[i] == "sliding_attention" ? window : 0;
+}
+
+namespace {
+
+// rope.*: freq_base, linear scaling (rope.scaling.type/factor or the older rope.scale_linear) and
+// the rotated width are honoured; YaRN, LongRoPE, attn_factor != 1 and partial rotation refused.
+void read_gguf_rope(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  c.rope_theta = static_cast<float>(gguf_float(g, p + "rope.freq_base", 10000.0));
+  if (g.has(p + "rope.dimension_count")) {
+    int n_rot = gguf_int(g, p + "rope.dimension_count", 0, 1 << 20);
+    if (n_rot != c.head_dim)
+      fail(g.path, ": ", p, "rope.dimension_count = ", n_rot, " rotates part of each head (head_dim ", c.head_dim,
+           "); partial rotary embeddings are not supported");
+  }
+  std::string type = g.has(p + "rope.scaling.type") ? g.get(p + "rope.scaling.type").as_string("rope.scaling.type") : "";
+  double factor = gguf_float(g, p + "rope.scaling.factor", 0.0);
+  if (g.has(p + "rope.scale_linear")) {  // older files: a linear factor and no type
+    if (!type.empty() && type != "linear") fail(g.path, ": rope.scale_linear conflicts with rope.scaling.type ", type);
+    type = "linear";
+    factor = gguf_float(g, p + "rope.scale_linear", 1.0);
+  }
+  if (type == "none" || (type == "linear" && factor == 1.0)) type = "";
+  if (!type.empty() && type != "linear")
+    fail(g.path, ": ", p, "rope.scaling.type '", type, "' is not supported (supported: none, linear)");
+  if (type == "linear") {
+    if (!(factor > 0)) fail(g.path, ": ", p, "rope.scaling.factor = ", factor, " must be positive");
+    c.rope_scaling = "linear";
+    c.rope_factor = static_cast<float>(factor);
+  }
+  double attn_factor = gguf_float(g, p + "rope.scaling.attn_factor", 1.0);
+  if (attn_factor != 1.0)
+    fail(g.path, ": ", p, "rope.scaling.attn_factor = ", attn_factor, " is not supported (only 1)");
+}
+
+}  // namespace
+
+void llama_like_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  c.norm = NormKind::RMSNorm;
+  c.mlp = MlpKind::SwiGLU;
+  c.norm_eps = static_cast<float>(g.get(p + "attention.layer_norm_rms_epsilon").as_float("rms_epsilon"));
+  read_gguf_rope(g, p, c);
+  if (g.tensors.has("rope_freqs.weight")) {  // Llama 3 rope scaling, as llama.cpp stores it
+    if (c.head_dim <= 0 || c.head_dim > 1024 || c.head_dim % 2) fail(g.path, ": head_dim ", c.head_dim, " is invalid");
+    c.rope_freq_divisors = g.tensors.read_f32("rope_freqs.weight", {c.head_dim / 2});
+  }
+}
+
+void bind_llama_like(const TensorSource& s, Model& m, TensorLayout) {
+  const ModelConfig& c = m.cfg;
+  m.tok_emb = s.read_f32("model.embed_tokens.weight", {c.vocab_size, c.dim});
+  bool qkv_bias = has_bias(s, c.qkv_bias, "model.layers.0.self_attn.q_proj.bias", "attention_bias");
+  bool o_bias = has_bias(s, c.o_bias, "model.layers.0.self_attn.o_proj.bias", "attention_bias");
+  bool mlp_bias = has_bias(s, c.mlp_bias, "model.layers.0.mlp.gate_proj.bias", "mlp_bias");
+  m.layers.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights& L = m.layers[i];
+    L.attn_norm = s.read_f32(p + "input_layernorm.weight", {c.dim});
+    L.wq = bind_linear(s, p + "self_attn.q_proj", c.q_dim(), c.dim, qkv_bias);
+    L.wk = bind_linear(s, p + "self_attn.k_proj", c.kv_dim(), c.dim, qkv_bias);
+    L.wv = bind_linear(s, p + "self_attn.v_proj", c.kv_dim(), c.dim, qkv_bias);
+    L.wo = bind_linear(s, p + "self_attn.o_proj", c.dim, c.q_dim(), o_bias);
+    L.mlp_norm = s.read_f32(p + "post_attention_layernorm.weight", {c.dim});
+    L.w_gate = bind_linear(s, p + "mlp.gate_proj", c.hidden_dim, c.dim, mlp_bias);
+    L.w_up = bind_linear(s, p + "mlp.up_proj", c.hidden_dim, c.dim, mlp_bias);
+    L.w_down = bind_linear(s, p + "mlp.down_proj", c.dim, c.hidden_dim, mlp_bias);
+  }
+  m.final_norm = s.read_f32("model.norm.weight", {c.dim});
+  if (!c.tied_embeddings) m.lm_head = bind_linear(s, "lm_head", c.vocab_size, c.dim, false);
+}
+
+const GgufNames kLlamaGgufNames = {
+    "model.layers.",
+    {{"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+     {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
+     {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"}, {"ffn_down", "mlp.down_proj"}},
+    {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}}};
+
+namespace {
+
+ModelConfig llama_from_hf(const HfReader& r) {
+  ModelConfig c = llama_like_from_hf(r, "llama");
+  // All four attention projections share attention_bias; the MLP has its own flag.
+  c.qkv_bias = c.o_bias = r.boolean_or("attention_bias", false);
+  c.mlp_bias = r.boolean_or("mlp_bias", false);
+  return c;
+}
+
+void llama_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  llama_like_from_gguf(g, p, c);
+  c.rope = RopeKind::AdjacentPairs;  // convert_hf_to_gguf.py permutes q/k rows to Meta's layout
+}
+
+}  // namespace
+
+extern const Family kLlamaFamily = {"llama",        "llama",          "LlamaForCausalLM", "llama", llama_from_hf,
+                                    llama_from_gguf, &kLlamaGgufNames, bind_llama_like};
+
+}  // namespace kvlm
