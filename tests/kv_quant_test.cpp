@@ -9,7 +9,7 @@
 #include "engine/perplexity.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
-#include "kv/kv_quant.h"
+#include "kernels/kv_quant.h"
 #include "test_support.h"
 
 namespace kvlm {

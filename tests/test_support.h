@@ -6,6 +6,11 @@
 #include <string>
 #include <vector>
 
+// The kvlm binary the CLI tests run; an engine-only build (KVLM_ENGINE_ONLY) has none.
+#ifndef KVLM_BIN
+#define KVLM_BIN "/nonexistent/kvlm (an engine-only build has no CLI)"
+#endif
+
 namespace kvlm {
 class Engine;
 }

@@ -1,7 +1,9 @@
 // Quantized and bf16 weights: kernels against their scalar twins, quantization round trips, and
 // the conformance fixtures and stories260K run with every weight type, their top-1 agreement
 // with the f32 reference reported (and bounded).
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <cmath>
 #include <cstring>
@@ -122,17 +124,32 @@ TEST(WeightKernels, QuantizedLinearMatchesDequantizedReference) {
       }
 }
 
-// f32 -> f16 rounding (used for the packed scales) against the CPU's own F16C conversion.
+// f32 -> f16 rounding (used for the packed scales) against the CPU's own conversion: F16C on
+// x86, FCVT (the __fp16 cast) on aarch64.
+#if defined(__x86_64__)
 __attribute__((target("f16c"))) uint16_t hardware_f16(float f) {
   return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set1_ps(f), _MM_FROUND_TO_NEAREST_INT), 0));
 }
+bool have_hardware_f16() { return cpu_features().f16c; }
+#elif defined(__aarch64__)
+uint16_t hardware_f16(float f) {
+  __fp16 h = static_cast<__fp16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+bool have_hardware_f16() { return true; }
+#else
+uint16_t hardware_f16(float) { return 0; }
+bool have_hardware_f16() { return false; }
+#endif
 TEST(WeightKernels, F16RoundingMatchesHardware) {
   for (uint32_t h = 0; h < 0x10000; ++h)
     if ((h & 0x7c00u) != 0x7c00u) {
       ASSERT_EQ(f32_to_f16(f16_to_f32(static_cast<uint16_t>(h))), h);
     }
-  if (!cpu_features().f16c) {
-    GTEST_SKIP() << "no F16C: rounding checked by round trips only";
+  if (!have_hardware_f16()) {
+    GTEST_SKIP() << "no hardware f16 conversion: rounding checked by round trips only";
   }
   std::mt19937 rng(5);
   for (int i = 0; i < 1000000; ++i) {

@@ -6,6 +6,13 @@
 #pragma once
 #include <string>
 
+// 1 where the x86 SIMD kernels are compiled in; elsewhere (aarch64) only the scalar twins build.
+#if defined(__x86_64__)
+#define KVLM_X86 1
+#else
+#define KVLM_X86 0
+#endif
+
 namespace kvlm {
 
 struct CpuFeatures {

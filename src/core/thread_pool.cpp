@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -98,10 +99,24 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
   wake_cv_.notify_all();
   auto [b, e] = slice(n, n_threads_, 0);
   if (b < e) fn(b, e);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  // Spin briefly, then yield: when threads outnumber free cores (two contexts computing at once
+  // on two cores) a pure spin would keep the workers it waits for off the CPU.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins)
+    if (spins < kSpinIterations)
+      cpu_relax();
+    else
+      std::this_thread::yield();
 }
 
 int ThreadPool::default_threads() {
+  // KVLM_THREADS overrides the count (as OMP_NUM_THREADS does elsewhere): CI runs the aarch64
+  // tests single-threaded under qemu-user, whose thread creation hangs in this sandbox.
+  if (const char* env = std::getenv("KVLM_THREADS"); env && *env) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    if (*end || n < 1 || n > kMaxThreads) fail("KVLM_THREADS='", env, "' must be a thread count in 1..", kMaxThreads);
+    return static_cast<int>(n);
+  }
   // Physical cores: distinct (physical id, core id) pairs; SMT siblings share FMA units.
   std::ifstream in("/proc/cpuinfo");
   std::set<std::pair<std::string, std::string>> cores;

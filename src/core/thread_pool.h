@@ -34,6 +34,7 @@ class ThreadPool {
   // set_global_threads must not run while another thread computes.
   static ThreadPool& global();
   static void set_global_threads(int n);
+  // Physical cores, or KVLM_THREADS when set.
   static int default_threads();
 
   // Makes `pool` what global() returns on this thread for the scope's life. The Python package

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "kernels/attention.h"
+#include "kernels/attention_batch.h"
 #include "kernels/context.h"
 #include "kernels/dot.h"
 #include "kernels/ops.h"
@@ -47,78 +47,6 @@ void apply_rope(ThreadPool& pool, const Model& m, float* x, const std::vector<Ro
   if (m.cfg.rope == RopeKind::None) return;
   const size_t width = static_cast<size_t>(n_heads) * m.cfg.head_dim;
   for_rows(pool, static_cast<int>(rows.size()), width, [&](int t) { m.rope.rotate_heads(x + t * width, n_heads, rows[t].pos); });
-}
-
-// out[rows][q_dim]: each query attends to its sequence's cached positions and to its chunk's
-// own new K/V (rows of q, k, v), causally and within the layer's window. Work items are
-// (row, KV head): the query heads of a GQA group read each key once together.
-void attention(ThreadPool& pool, const ModelConfig& c, const std::vector<SeqChunk>& chunks, const std::vector<int>& first_row,
-               const std::vector<RowInfo>& rows, int layer, const float* q, const float* k, const float* v,
-               float* out) {
-  const int hd = c.head_dim, group = c.n_heads / c.n_kv_heads, kv_dim = c.kv_dim(), q_dim = c.q_dim();
-  const int window = c.layer_window[layer];
-  const float scale = c.layer_attn_scale(layer);
-  constexpr int kSpan = 128;  // keys per online-softmax update, at fixed logical positions
-  auto body = [&](size_t b, size_t e) {
-    std::vector<float> m(group), l(group), acc(static_cast<size_t>(group) * hd), s(static_cast<size_t>(group) * kSpan);
-    std::vector<float> deq(static_cast<size_t>(kSpan) * hd);  // one span of a quantized head, decoded
-    AttnState st{group, hd, m.data(), l.data(), acc.data()};
-    for (size_t idx = b; idx < e; ++idx) {
-      // Causal rows grow in cost with position: pair the shortest with the longest so that the
-      // pool's contiguous slices carry equal work (in order, one thread got 3/4 of a prefill).
-      const int slot = static_cast<int>(idx / c.n_kv_heads), g = static_cast<int>(idx % c.n_kv_heads);
-      const int n_rows = static_cast<int>(rows.size());
-      const int t = slot % 2 == 0 ? slot / 2 : n_rows - 1 - slot / 2;
-      const RowInfo& r = rows[t];
-      const KvCache& kv = *chunks[r.chunk].kv;
-      const int pos0 = kv.length(), row0 = first_row[r.chunk];  // the chunk's first row is at pos0
-      const int p = r.pos, lo = window > 0 ? std::max(0, p - window + 1) : 0;
-      const float* qg = q + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd;
-      // Memory runs of [from, to) for head g: cached positions run by run (quantized ones decoded
-      // into `deq`, a span at a time), then the chunk's own rows. fn(offset, rows, stride, count).
-      auto for_runs = [&](int from, int to, bool values, auto&& fn) {
-        for (int j = from; j < to;) {
-          if (j < pos0) {
-            KvRun run = kv.run(layer, j, std::min(pos0, to) - j);
-            if (run.codec) {
-              const uint8_t* data = values ? run.vq : run.kq;
-              const float* params = values ? run.vp : run.kp;
-              for (int i = 0; i < run.n; ++i)
-                run.codec->decode_head(data + i * run.codec->data_bytes(), params + i * run.codec->n_params(), g,
-                                       deq.data() + static_cast<size_t>(i) * hd);
-              fn(j - from, deq.data(), static_cast<size_t>(hd), run.n);
-            } else {
-              fn(j - from, (values ? run.v : run.k) + g * hd, static_cast<size_t>(kv_dim), run.n);
-            }
-            j += run.n;
-          } else {
-            const float* base = (values ? v : k) + static_cast<size_t>(row0 + j - pos0) * kv_dim;
-            fn(j - from, base + g * hd, static_cast<size_t>(kv_dim), to - j);
-            j = to;
-          }
-        }
-      };
-      st.reset();
-      for (int j0 = lo; j0 <= p; j0 += kSpan) {
-        const int j1 = std::min(p + 1, j0 + kSpan), n = j1 - j0;
-        for_runs(j0, j1, false, [&](int off, const float* kr, size_t stride, int cnt) {
-          attn_scores(qg, group, hd, scale, kr, stride, cnt, s.data() + off, kSpan);
-        });
-        attn_update(st, s.data(), kSpan, n);
-        for_runs(j0, j1, true, [&](int off, const float* vr, size_t stride, int cnt) {
-          attn_accumulate(st, s.data() + off, kSpan, vr, stride, cnt);
-        });
-      }
-      attn_finish(st, out + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd, hd);
-    }
-  };
-  const size_t items = rows.size() * c.n_kv_heads;
-  size_t work = 0;  // multiply-adds, roughly
-  for (const RowInfo& r : rows) work += static_cast<size_t>(r.pos + 1) * hd * c.n_heads;
-  if (work < (1u << 15))
-    body(0, items);
-  else
-    pool.parallel_for(items, body);
 }
 
 void add_rows(ThreadPool& pool, float* x, const float* y, int n, size_t width) {
@@ -167,6 +95,18 @@ void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& ch
   float* h2 = c.mlp == MlpKind::SwiGLU ? ctx.scratch(7, N * c.hidden_dim) : nullptr;  // [n][hidden] (up)
   float* tmp = ctx.scratch(8, N * D);                      // [n][dim]
 
+  // Attention metadata: per sequence its cached length and its rows; the views per layer.
+  AttentionBatch attn;
+  attn.n_heads = c.n_heads;
+  attn.n_kv_heads = c.n_kv_heads;
+  attn.head_dim = c.head_dim;
+  attn.q = q;
+  attn.k = k;
+  attn.v = v;
+  attn.out = att;
+  for (size_t i = 0; i < chunks.size(); ++i)
+    attn.seqs.push_back({chunks[i].kv->length(), first_row[i], chunks[i].n, KvLayerView{}});
+
   for (int t = 0; t < n; ++t) {
     const SeqChunk& ch = chunks[rows[t].chunk];
     int tok = ch.tokens[t - first_row[rows[t].chunk]];
@@ -182,7 +122,12 @@ void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& ch
     L.wv.forward(xn, n, v, ctx);
     apply_rope(pool, m, q, rows, c.n_heads);
     apply_rope(pool, m, k, rows, c.n_kv_heads);
-    attention(pool, c, chunks, first_row, rows, l, q, k, v, att);
+    // Each query attends to its sequence's cached positions (described by the cache's view of
+    // this layer) and to its chunk's own new rows, causally and within the layer's window.
+    attn.window = c.layer_window[l];
+    attn.scale = c.layer_attn_scale(l);
+    for (size_t i = 0; i < chunks.size(); ++i) attn.seqs[i].kv = chunks[i].kv->view(l);
+    attention_batch(attn, pool);
     for (size_t i = 0; i < chunks.size(); ++i) {
       size_t off = static_cast<size_t>(first_row[i]) * c.kv_dim();
       chunks[i].kv->store(l, chunks[i].kv->length(), chunks[i].n, k + off, v + off);

@@ -7,7 +7,7 @@
 
 #include "engine/sampler.h"
 #include "kernels/context.h"
-#include "kv/kv_quant.h"
+#include "kernels/kv_quant.h"
 #include "model/model.h"
 
 namespace kvlm {

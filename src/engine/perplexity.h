@@ -3,7 +3,7 @@
 #pragma once
 #include <vector>
 
-#include "kv/kv_quant.h"
+#include "kernels/kv_quant.h"
 #include "model/model.h"
 
 namespace kvlm {

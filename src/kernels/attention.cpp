@@ -3,7 +3,9 @@
 #include "kernels/dot.h"
 #include "kernels/vexp.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +19,7 @@ void AttnState::reset() {
   std::fill(acc, acc + static_cast<size_t>(g) * hd, 0.0f);
 }
 
+#if KVLM_X86
 namespace {
 
 __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int n) {
@@ -138,6 +141,7 @@ __attribute__((target("avx2,fma"))) void exp_minus_avx2(float* s, int n, float m
 }
 
 }  // namespace
+#endif  // KVLM_X86
 
 namespace scalar {
 void attn_scores(const float* q, int g, int hd, float scale, const float* k, size_t stride, int n, float* s,
@@ -158,17 +162,17 @@ void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float
 
 void attn_scores(const float* q, int g, int hd, float scale, const float* k, size_t stride, int n, float* s,
                  size_t s_stride) {
-  if (isa_at_least(Isa::Avx2))
-    scores_avx2(q, g, hd, scale, k, stride, n, s, s_stride);
-  else
-    scalar::attn_scores(q, g, hd, scale, k, stride, n, s, s_stride);
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) return scores_avx2(q, g, hd, scale, k, stride, n, s, s_stride);
+#endif
+  scalar::attn_scores(q, g, hd, scale, k, stride, n, s, s_stride);
 }
 
 void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n) {
-  if (isa_at_least(Isa::Avx2))
-    accumulate_avx2(st, p, p_stride, v, stride, n);
-  else
-    scalar::attn_accumulate(st, p, p_stride, v, stride, n);
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) return accumulate_avx2(st, p, p_stride, v, stride, n);
+#endif
+  scalar::attn_accumulate(st, p, p_stride, v, stride, n);
 }
 
 void attn_update(AttnState& st, float* s, size_t s_stride, int n) {
@@ -177,11 +181,15 @@ void attn_update(AttnState& st, float* s, size_t s_stride, int n) {
     float mx = st.m[i];
     for (int j = 0; j < n; ++j) mx = std::max(mx, si[j]);
     float corr = std::exp(st.m[i] - mx);  // exp(-inf) = 0 before the first span
+    bool done = false;
+#if KVLM_X86
     if (isa_at_least(Isa::Avx2)) {
       exp_minus_avx2(si, n, mx);
-    } else {
-      for (int j = 0; j < n; ++j) si[j] = std::exp(si[j] - mx);
+      done = true;
     }
+#endif
+    if (!done)
+      for (int j = 0; j < n; ++j) si[j] = std::exp(si[j] - mx);
     float sum = 0.0f;
     for (int j = 0; j < n; ++j) sum += si[j];
     st.l[i] = st.l[i] * corr + sum;

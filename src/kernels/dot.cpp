@@ -1,6 +1,8 @@
 #include "kernels/dot.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include "core/cpu.h"
 
@@ -25,6 +27,7 @@ void dot4_f32(const float* a, const float* b, size_t b_stride, size_t n, float* 
 }
 }  // namespace scalar
 
+#if KVLM_X86
 namespace avx2 {
 __attribute__((target("avx2,fma"))) static float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -83,6 +86,7 @@ __attribute__((target("avx2,fma"))) static void axpy_f32(float alpha, const floa
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 }  // namespace avx2
+#endif  // KVLM_X86
 
 namespace {
 struct Dispatch {
@@ -91,13 +95,13 @@ struct Dispatch {
   void (*axpy)(float, const float*, float*, size_t);
   const char* isa;
 };
-Dispatch pick() {
+// Chosen per call: the ISA is the calling thread's (its context's cap), and the check is a
+// thread-local read next to a dot product of at least a head's width.
+Dispatch dispatch() {
+#if KVLM_X86
   if (isa_at_least(Isa::Avx2)) return {avx2::dot_f32, avx2::dot4_f32, avx2::axpy_f32, "avx2"};
+#endif
   return {scalar::dot_f32, scalar::dot4_f32, scalar::axpy_f32, "scalar"};
-}
-const Dispatch& dispatch() {
-  static const Dispatch d = pick();
-  return d;
 }
 }  // namespace
 

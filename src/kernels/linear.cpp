@@ -1,6 +1,8 @@
 #include "kernels/linear.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <cmath>
 #include <cstring>
@@ -49,6 +51,7 @@ void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q) {
 }
 }  // namespace scalar
 
+#if KVLM_X86
 namespace {
 // The same arithmetic as the scalar twin (max is exact, round-to-nearest-even like nearbyint).
 __attribute__((target("avx2,fma"))) void quantize_row_q8_0_avx2(const float* x, int n, float* scales, int8_t* q) {
@@ -77,12 +80,13 @@ __attribute__((target("avx2,fma"))) void quantize_row_q8_0_avx2(const float* x, 
   }
 }
 }  // namespace
+#endif  // KVLM_X86
 
 void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q) {
-  if (isa_at_least(Isa::Avx2))
-    quantize_row_q8_0_avx2(x, n, scales, q);
-  else
-    scalar::quantize_row_q8_0(x, n, scales, q);
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) return quantize_row_q8_0_avx2(x, n, scales, q);
+#endif
+  scalar::quantize_row_q8_0(x, n, scales, q);
 }
 
 void quantize_row_q4_0(const float* x, int n, float* scales, uint8_t* q) {
@@ -117,6 +121,7 @@ float dot_f16(const uint16_t* w, const float* x, int n) {
 }
 }  // namespace scalar
 
+#if KVLM_X86
 namespace {
 
 __attribute__((target("avx2,fma"))) inline float reduce(__m256 acc) {
@@ -155,16 +160,25 @@ __attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const uint16_t* w, c
   return s;
 }
 
-constexpr size_t kMinParallelWork = 1 << 16;
+}  // namespace
+#endif  // KVLM_X86
 
+namespace {
+constexpr size_t kMinParallelWork = 1 << 16;  // multiply-adds below which one thread does it all
 }  // namespace
 
 float dot_bf16(const uint16_t* w, const float* x, int n) {
-  return isa_at_least(Isa::Avx2) ? dot_bf16_avx2(w, x, n) : scalar::dot_bf16(w, x, n);
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) return dot_bf16_avx2(w, x, n);
+#endif
+  return scalar::dot_bf16(w, x, n);
 }
 
 float dot_f16(const uint16_t* w, const float* x, int n) {
-  return isa_at_least(Isa::Avx2) ? dot_f16_avx2(w, x, n) : scalar::dot_f16(w, x, n);  // the Avx2 row includes F16C
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) return dot_f16_avx2(w, x, n);  // the Avx2 row includes F16C
+#endif
+  return scalar::dot_f16(w, x, n);
 }
 
 bool Linear::convert(WeightFormat f) {

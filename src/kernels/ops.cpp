@@ -70,6 +70,7 @@ void softmax(float* x, int n) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+#if KVLM_X86
 namespace {
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 
@@ -109,6 +110,7 @@ __attribute__((target("avx2,fma"))) void gelu_avx2(float* h, size_t n) {
   std::copy(a, a + (n - i), h + i);
 }
 }  // namespace
+#endif  // KVLM_X86
 
 namespace scalar {
 void silu_mul(float* h, const float* up, size_t n) {
@@ -120,17 +122,17 @@ void gelu_tanh_inplace(float* h, size_t n) {
 }  // namespace scalar
 
 void silu_mul(float* h, const float* up, size_t n) {
-  if (isa_at_least(Isa::Avx2))
-    silu_mul_avx2(h, up, n);
-  else
-    scalar::silu_mul(h, up, n);
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) return silu_mul_avx2(h, up, n);
+#endif
+  scalar::silu_mul(h, up, n);
 }
 
 void gelu_tanh_inplace(float* h, size_t n) {
-  if (isa_at_least(Isa::Avx2))
-    gelu_avx2(h, n);
-  else
-    scalar::gelu_tanh_inplace(h, n);
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) return gelu_avx2(h, n);
+#endif
+  scalar::gelu_tanh_inplace(h, n);
 }
 
 float gelu_tanh(float x) {

@@ -1,6 +1,8 @@
 #include "kernels/qgemm.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <cmath>
 #include <cstring>
@@ -160,6 +162,7 @@ void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, i
 }
 }  // namespace scalar
 
+#if KVLM_X86
 namespace {
 
 // Q4_0 decode does enough work per byte that the hardware prefetcher falls behind: asking for
@@ -251,16 +254,21 @@ void dispatch_nt(WeightFormat f, const uint8_t* group, const QuantizedActs& a, i
 }
 
 }  // namespace
+#endif  // KVLM_X86
 
 void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
-  if (!isa_at_least(Isa::Avx2)) return scalar::qgemm_group(f, group, a, t0, nt, out);
-  switch (nt) {
-    case 1: return dispatch_nt<1>(f, group, a, t0, out);
-    case 2: return dispatch_nt<2>(f, group, a, t0, out);
-    case 3: return dispatch_nt<3>(f, group, a, t0, out);
-    case 4: return dispatch_nt<4>(f, group, a, t0, out);
-    default: KVLM_CHECK(false, "qgemm_group takes 1 to 4 tokens, not ", nt);
+  KVLM_CHECK(nt >= 1 && nt <= 4, "qgemm_group takes 1 to 4 tokens, not ", nt);
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) {
+    switch (nt) {
+      case 1: return dispatch_nt<1>(f, group, a, t0, out);
+      case 2: return dispatch_nt<2>(f, group, a, t0, out);
+      case 3: return dispatch_nt<3>(f, group, a, t0, out);
+      default: return dispatch_nt<4>(f, group, a, t0, out);
+    }
   }
+#endif
+  scalar::qgemm_group(f, group, a, t0, nt, out);
 }
 
 }  // namespace kvlm

@@ -3,6 +3,8 @@
 // Shared by the activations and attention's softmax, so their results do not depend on
 // which lane or tail a value fell in: tails go through the same vector code.
 #pragma once
+#include "core/cpu.h"
+#if KVLM_X86
 #include <immintrin.h>
 
 namespace kvlm {
@@ -35,3 +37,4 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8_avx2(__m256 x) {
 }
 
 }  // namespace kvlm
+#endif  // KVLM_X86

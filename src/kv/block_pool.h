@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kv/kv_quant.h"
+#include "kernels/kv_quant.h"
 #include "model/config.h"
 
 namespace kvlm {

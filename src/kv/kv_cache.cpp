@@ -58,25 +58,26 @@ void ContiguousKvCache::encode_cold(int layer, int pos, const float* k, const fl
   codec_.encode(v, vq_[layer].data() + s * codec_.data_bytes(), vp_[layer].data() + s * codec_.n_params());
 }
 
-KvRun ContiguousKvCache::run(int layer, int pos, int max_n) const {
-  if (codec_.dtype == KvDtype::F32) return KvCache::run(layer, pos, max_n);
-  KvRun r;
-  const int hot_start = std::max(0, length_ - residual_);
-  if (pos >= hot_start) {  // the full-precision window
-    r.n = std::min(max_n, residual_ - pos % residual_);
-    r.k = k_[layer].data() + static_cast<size_t>(pos % residual_) * kv_dim_;
-    r.v = v_[layer].data() + static_cast<size_t>(pos % residual_) * kv_dim_;
-    return r;
+KvLayerView ContiguousKvCache::view(int layer) const {
+  KvLayerView v;
+  v.ring_rows = slots_[layer];
+  if (codec_.dtype == KvDtype::F32) {
+    v.k = k_[layer].data();
+    v.v = v_[layer].data();
+    return v;
   }
-  const int slots = slots_[layer];
-  const size_t s = static_cast<size_t>(pos % slots);
-  r.n = std::min({max_n, hot_start - pos, slots - pos % slots});
-  r.codec = &codec_;
-  r.kq = kq_[layer].data() + s * codec_.data_bytes();
-  r.vq = vq_[layer].data() + s * codec_.data_bytes();
-  r.kp = kp_[layer].data() + s * codec_.n_params();
-  r.vp = vp_[layer].data() + s * codec_.n_params();
-  return r;
+  v.codec = &codec_;
+  v.kq = kq_[layer].data();
+  v.vq = vq_[layer].data();
+  v.kp = kp_[layer].data();
+  v.vp = vp_[layer].data();
+  if (residual_ > 0) {  // the newest `residual` positions, at full precision
+    v.hot_from = std::max(0, length_ - residual_);
+    v.hot_rows = residual_;
+    v.hot_k = k_[layer].data();
+    v.hot_v = v_[layer].data();
+  }
+  return v;
 }
 
 void ContiguousKvCache::prepare(int pos, int n) {

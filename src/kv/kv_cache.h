@@ -4,23 +4,11 @@
 #include <cstddef>
 #include <vector>
 
-#include "kv/kv_quant.h"
+#include "kernels/attention_batch.h"
+#include "kernels/kv_quant.h"
 #include "model/config.h"
 
 namespace kvlm {
-
-// Up to n consecutive positions of one layer, as stored: f32 rows (k, v; kv_dim floats apart),
-// or rows of a quantized codec (kq/vq data rows and kp/vp parameter rows).
-struct KvRun {
-  int n = 0;
-  const float* k = nullptr;
-  const float* v = nullptr;
-  const KvRowCodec* codec = nullptr;
-  const uint8_t* kq = nullptr;
-  const uint8_t* vq = nullptr;
-  const float* kp = nullptr;
-  const float* vp = nullptr;
-};
 
 // Keys and values of every past position, per layer. The forward pass computes K/V for new
 // positions, attends over cached positions plus the new ones, then stores the new ones.
@@ -36,20 +24,9 @@ class KvCache {
   virtual void prepare(int pos, int n) = 0;
   // Stores rows for positions [pos, pos+n) of `layer`; k, v are [n][kv_dim].
   virtual void store(int layer, int pos, int n, const float* k, const float* v) = 0;
-  // [kv_dim] rows for one stored position. Windowed layers only keep the last W positions.
-  virtual const float* key(int layer, int pos) const = 0;
-  virtual const float* value(int layer, int pos) const = 0;
-  // How many positions from `pos` (at most max_n) lie in consecutive kv_dim rows of memory,
-  // so attention can stream them without a lookup per position.
-  virtual int contiguous_run(int layer, int pos, int max_n) const = 0;
-  // The run of stored rows starting at `pos` (attention reads the cache only through this).
-  virtual KvRun run(int layer, int pos, int max_n) const {
-    KvRun r;
-    r.n = contiguous_run(layer, pos, max_n);
-    r.k = key(layer, pos);
-    r.v = value(layer, pos);
-    return r;
-  }
+  // Where layer `layer`'s stored rows live (attention reads them through this, with no further
+  // calls: kernels/attention_batch.h). Valid until the next prepare/store/set_length.
+  virtual KvLayerView view(int layer) const = 0;
   // Advances (after a forward) or truncates the sequence length.
   virtual void set_length(int n) = 0;
   // Bytes the cache has allocated for K and V.
@@ -68,12 +45,10 @@ class ContiguousKvCache : public KvCache {
   int capacity() const override { return max_len_; }
   void prepare(int pos, int n) override;
   void store(int layer, int pos, int n, const float* k, const float* v) override;
-  const float* key(int layer, int pos) const override { return k_[layer].data() + slot(layer, pos); }
-  const float* value(int layer, int pos) const override { return v_[layer].data() + slot(layer, pos); }
-  int contiguous_run(int layer, int pos, int max_n) const override {
-    return std::min(max_n, slots_[layer] - pos % slots_[layer]);
-  }
-  KvRun run(int layer, int pos, int max_n) const override;
+  // [kv_dim] rows of one stored position (f32 caches; windowed layers keep the last W).
+  const float* key(int layer, int pos) const { return k_[layer].data() + slot(layer, pos); }
+  const float* value(int layer, int pos) const { return v_[layer].data() + slot(layer, pos); }
+  KvLayerView view(int layer) const override;
   KvDtype dtype() const { return codec_.dtype; }
   void set_length(int n) override;
   size_t bytes_allocated() const override;

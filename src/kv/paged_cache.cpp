@@ -114,39 +114,27 @@ void PagedKvCache::store(int layer, int pos, int n, const float* k, const float*
   }
 }
 
-const float* PagedKvCache::key(int layer, int pos) const {
-  const int bs = pool_.block_size();
-  KVLM_CHECK(pool_.dtype() == KvDtype::F32 && table_[pos / bs] != kFreed, "key() of a quantized or freed row");
-  return pool_.k(layer, table_[pos / bs]) + static_cast<size_t>(pos % bs) * pool_.kv_dim();
-}
-
-const float* PagedKvCache::value(int layer, int pos) const {
-  const int bs = pool_.block_size();
-  KVLM_CHECK(pool_.dtype() == KvDtype::F32 && table_[pos / bs] != kFreed, "value() of a quantized or freed row");
-  return pool_.v(layer, table_[pos / bs]) + static_cast<size_t>(pos % bs) * pool_.kv_dim();
-}
-
-KvRun PagedKvCache::run(int layer, int pos, int max_n) const {
-  if (pool_.dtype() == KvDtype::F32) return KvCache::run(layer, pos, max_n);
-  KvRun r;
-  const int hot = std::max(hot_from_, length_ - residual_);
-  if (residual_ > 0 && pos >= hot) {  // the newest positions, at full precision
-    r.n = std::min(max_n, residual_ - pos % residual_);
-    r.k = ring_k_[layer].data() + static_cast<size_t>(pos % residual_) * pool_.kv_dim();
-    r.v = ring_v_[layer].data() + static_cast<size_t>(pos % residual_) * pool_.kv_dim();
-    return r;
+KvLayerView PagedKvCache::view(int layer) const {
+  KvLayerView v;
+  v.block_table = table_.data();  // kFreed entries: blocks that left the window, never read
+  v.block_size = pool_.block_size();
+  if (pool_.dtype() == KvDtype::F32) {
+    v.k = pool_.k(layer, 0);
+    v.v = pool_.v(layer, 0);
+    return v;
   }
-  const int bs = pool_.block_size(), b = table_[pos / bs];
-  KVLM_CHECK(b != kFreed, "attention read a block freed by the sliding window");
-  const KvRowCodec& codec = pool_.codec();
-  const size_t slot = static_cast<size_t>(pos % bs);
-  r.n = std::min(contiguous_run(layer, pos, max_n), residual_ > 0 ? hot - pos : max_n);
-  r.codec = &codec;
-  r.kq = pool_.kq(layer, b) + slot * codec.data_bytes();
-  r.vq = pool_.vq(layer, b) + slot * codec.data_bytes();
-  r.kp = pool_.kp(layer, b) + slot * codec.n_params();
-  r.vp = pool_.vp(layer, b) + slot * codec.n_params();
-  return r;
+  v.codec = &pool_.codec();
+  v.kq = pool_.kq(layer, 0);
+  v.vq = pool_.vq(layer, 0);
+  v.kp = pool_.kp(layer, 0);
+  v.vp = pool_.vp(layer, 0);
+  if (residual_ > 0) {  // the newest positions this sequence computed itself, at full precision
+    v.hot_from = std::max(hot_from_, length_ - residual_);
+    v.hot_rows = residual_;
+    v.hot_k = ring_k_[layer].data();
+    v.hot_v = ring_v_[layer].data();
+  }
+  return v;
 }
 
 void PagedKvCache::set_length(int n) {

@@ -28,12 +28,7 @@ class PagedKvCache : public KvCache {
   int capacity() const override { return max_len_; }
   void prepare(int pos, int n) override;
   void store(int layer, int pos, int n, const float* k, const float* v) override;
-  const float* key(int layer, int pos) const override;    // f32 pools only
-  const float* value(int layer, int pos) const override;  // f32 pools only
-  int contiguous_run(int, int pos, int max_n) const override {
-    return std::min(max_n, pool_.block_size() - pos % pool_.block_size());
-  }
-  KvRun run(int layer, int pos, int max_n) const override;
+  KvLayerView view(int layer) const override;
   void set_length(int n) override;  // shrinking releases blocks past the new end
   size_t bytes_allocated() const override { return live_blocks() * pool_.bytes_per_block() + residual_bytes(); }
 

@@ -20,9 +20,15 @@ class SinkKvCache : public KvCache {
   int capacity() const override { return 1 << 30; }  // a stream: eviction keeps it bounded
   void prepare(int pos, int n) override;
   void store(int layer, int pos, int n, const float* k, const float* v) override;
-  const float* key(int layer, int pos) const override { return k_[layer].data() + static_cast<size_t>(pos) * kv_dim_; }
-  const float* value(int layer, int pos) const override { return v_[layer].data() + static_cast<size_t>(pos) * kv_dim_; }
-  int contiguous_run(int, int pos, int max_n) const override { return std::min(max_n, slots_ - pos); }
+  const float* key(int layer, int pos) const { return k_[layer].data() + static_cast<size_t>(pos) * kv_dim_; }
+  const float* value(int layer, int pos) const { return v_[layer].data() + static_cast<size_t>(pos) * kv_dim_; }
+  KvLayerView view(int layer) const override {
+    KvLayerView v;
+    v.ring_rows = slots_;  // positions are cache indices below slots_: a plain array
+    v.k = k_[layer].data();
+    v.v = v_[layer].data();
+    return v;
+  }
   void set_length(int n) override;
   size_t bytes_allocated() const override { return 2ull * k_.size() * slots_ * kv_dim_ * sizeof(float); }
 

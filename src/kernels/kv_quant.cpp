@@ -1,4 +1,4 @@
-#include "kv/kv_quant.h"
+#include "kernels/kv_quant.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,9 @@
 #include "core/half.h"
 #include "kernels/dot.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 namespace kvlm {
 
@@ -90,6 +92,7 @@ void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
   }
 }
 
+#if KVLM_X86
 namespace {
 // Attention decodes every cached row it reads, so the decoders are vectorized; they compute the
 // same products as the scalar code below (one multiply, or one fused multiply-add for int4).
@@ -132,9 +135,12 @@ __attribute__((target("avx2,fma"))) bool decode_head_avx2(KvDtype t, const uint8
   return false;
 }
 }  // namespace
+#endif  // KVLM_X86
 
 void KvRowCodec::decode_head(const uint8_t* data, const float* params, int h, float* out) const {
+#if KVLM_X86
   if (isa_at_least(Isa::Avx2) && decode_head_avx2(dtype, data, params, h, head_dim, out)) return;
+#endif
   decode_head_scalar(data, params, h, out);
 }
 
