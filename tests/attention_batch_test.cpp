@@ -1,0 +1,149 @@
+// The attention entry point over batch metadata (kernels/attention_batch.h), on its own: the
+// same keys and values described as a contiguous array, a ring, and a paged block table in
+// shuffled blocks give bit-identical outputs; encoded rows with an f32 ring of the newest
+// positions read as their decoded values; a window limits what is read; a freed block is an
+// internal error, never a wild read.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/attention_batch.h"
+
+using namespace kvlm;
+
+namespace {
+
+constexpr int kHeads = 4, kKvHeads = 2, kHd = 32, kKvDim = kKvHeads * kHd, kQDim = kHeads * kHd;
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// One sequence: `cached` positions in the view, `fresh` new rows after them.
+std::vector<float> run(const KvLayerView& view, int cached, int fresh, int window, const std::vector<float>& q,
+                       const std::vector<float>& k, const std::vector<float>& v, int threads = 2) {
+  AttentionBatch b;
+  b.n_heads = kHeads;
+  b.n_kv_heads = kKvHeads;
+  b.head_dim = kHd;
+  b.scale = 0.17f;
+  b.window = window;
+  b.q = q.data();
+  b.k = k.data();
+  b.v = v.data();
+  std::vector<float> out(static_cast<size_t>(fresh) * kQDim, -1.0f);
+  b.out = out.data();
+  b.seqs.push_back({cached, 0, fresh, view});
+  ThreadPool pool(threads);
+  attention_batch(b, pool);
+  return out;
+}
+
+}  // namespace
+
+TEST(AttentionBatch, ContiguousRingAndShuffledBlocksAgreeBitForBit) {
+  const int cached = 300, fresh = 5, bs = 16, blocks = (cached + bs - 1) / bs;
+  const auto ck = randn(static_cast<size_t>(cached) * kKvDim, 1), cv = randn(ck.size(), 2);
+  const auto q = randn(static_cast<size_t>(fresh) * kQDim, 3), k = randn(static_cast<size_t>(fresh) * kKvDim, 4),
+             v = randn(static_cast<size_t>(fresh) * kKvDim, 5);
+  for (int window : {0, 100}) {
+    KvLayerView flat;
+    flat.ring_rows = cached;
+    flat.k = ck.data();
+    flat.v = cv.data();
+    const auto want = run(flat, cached, fresh, window, q, k, v);
+
+    // A ring of 320 rows whose start is rotated: position p at row p % 320, as a windowed cache keeps it.
+    const int ring = 320;
+    std::vector<float> rk(static_cast<size_t>(ring) * kKvDim), rv(rk.size());
+    for (int p = 0; p < cached; ++p) {
+      std::copy_n(ck.begin() + static_cast<size_t>(p) * kKvDim, kKvDim, rk.begin() + static_cast<size_t>(p % ring) * kKvDim);
+      std::copy_n(cv.begin() + static_cast<size_t>(p) * kKvDim, kKvDim, rv.begin() + static_cast<size_t>(p % ring) * kKvDim);
+    }
+    KvLayerView ringed;
+    ringed.ring_rows = ring;
+    ringed.k = rk.data();
+    ringed.v = rv.data();
+    EXPECT_EQ(run(ringed, cached, fresh, window, q, k, v), want) << "window " << window;
+
+    // Blocks in shuffled pool slots.
+    std::vector<int> table(blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(7));
+    std::vector<float> pk(static_cast<size_t>(blocks) * bs * kKvDim), pv(pk.size());
+    for (int p = 0; p < cached; ++p) {
+      size_t row = static_cast<size_t>(table[p / bs]) * bs + p % bs;
+      std::copy_n(ck.begin() + static_cast<size_t>(p) * kKvDim, kKvDim, pk.begin() + row * kKvDim);
+      std::copy_n(cv.begin() + static_cast<size_t>(p) * kKvDim, kKvDim, pv.begin() + row * kKvDim);
+    }
+    KvLayerView paged;
+    paged.block_table = table.data();
+    paged.block_size = bs;
+    paged.k = pk.data();
+    paged.v = pv.data();
+    EXPECT_EQ(run(paged, cached, fresh, window, q, k, v), want) << "window " << window;
+
+    // With a window, the blocks wholly before it may be freed: nothing reads them.
+    if (window > 0) {
+      std::vector<int> freed = table;
+      for (int b = 0; b < (cached + fresh - window) / bs - 1; ++b) freed[b] = -1;
+      paged.block_table = freed.data();
+      EXPECT_EQ(run(paged, cached, fresh, window, q, k, v), want);
+      freed[(cached - 1) / bs] = -1;  // a block the window needs (one thread: the check throws to us)
+      EXPECT_THROW(run(paged, cached, fresh, window, q, k, v, 1), InternalError);
+    }
+  }
+}
+
+TEST(AttentionBatch, EncodedRowsWithAnF32RingReadAsTheirDecodedValues) {
+  const int cached = 200, fresh = 3, hot = 40;
+  KvRowCodec codec{KvDtype::INT8, kKvDim, kHd};
+  const auto ck = randn(static_cast<size_t>(cached) * kKvDim, 11), cv = randn(ck.size(), 12);
+  const auto q = randn(static_cast<size_t>(fresh) * kQDim, 13), k = randn(static_cast<size_t>(fresh) * kKvDim, 14),
+             v = randn(static_cast<size_t>(fresh) * kKvDim, 15);
+  // Encoded rows for every position; the last `hot` positions also in an f32 ring of `hot` rows.
+  std::vector<uint8_t> kq(cached * codec.data_bytes()), vq(kq.size());
+  std::vector<float> kp(static_cast<size_t>(cached) * codec.n_params()), vp(kp.size());
+  std::vector<float> dk(ck.size()), dv(cv.size());  // what the encoded rows decode to
+  for (int p = 0; p < cached; ++p) {
+    codec.encode(ck.data() + static_cast<size_t>(p) * kKvDim, kq.data() + p * codec.data_bytes(), kp.data() + p * codec.n_params());
+    codec.encode(cv.data() + static_cast<size_t>(p) * kKvDim, vq.data() + p * codec.data_bytes(), vp.data() + p * codec.n_params());
+    for (int h = 0; h < kKvHeads; ++h) {
+      codec.decode_head(kq.data() + p * codec.data_bytes(), kp.data() + p * codec.n_params(), h,
+                        dk.data() + static_cast<size_t>(p) * kKvDim + h * kHd);
+      codec.decode_head(vq.data() + p * codec.data_bytes(), vp.data() + p * codec.n_params(), h,
+                        dv.data() + static_cast<size_t>(p) * kKvDim + h * kHd);
+    }
+  }
+  std::vector<float> hk(static_cast<size_t>(hot) * kKvDim), hv(hk.size());
+  for (int p = cached - hot; p < cached; ++p) {  // the newest rows at full precision
+    std::copy_n(ck.begin() + static_cast<size_t>(p) * kKvDim, kKvDim, hk.begin() + static_cast<size_t>(p % hot) * kKvDim);
+    std::copy_n(cv.begin() + static_cast<size_t>(p) * kKvDim, kKvDim, hv.begin() + static_cast<size_t>(p % hot) * kKvDim);
+    std::copy_n(ck.begin() + static_cast<size_t>(p) * kKvDim, kKvDim, dk.begin() + static_cast<size_t>(p) * kKvDim);
+    std::copy_n(cv.begin() + static_cast<size_t>(p) * kKvDim, kKvDim, dv.begin() + static_cast<size_t>(p) * kKvDim);
+  }
+  KvLayerView mixed;
+  mixed.ring_rows = cached;
+  mixed.codec = &codec;
+  mixed.kq = kq.data();
+  mixed.vq = vq.data();
+  mixed.kp = kp.data();
+  mixed.vp = vp.data();
+  mixed.hot_from = cached - hot;
+  mixed.hot_rows = hot;
+  mixed.hot_k = hk.data();
+  mixed.hot_v = hv.data();
+  KvLayerView plain;
+  plain.ring_rows = cached;
+  plain.k = dk.data();
+  plain.v = dv.data();
+  EXPECT_EQ(run(mixed, cached, fresh, 0, q, k, v), run(plain, cached, fresh, 0, q, k, v));
+}
