@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/attention_batch.h"
+#include "test_support.h"
 
 using namespace kvlm;
 
@@ -19,13 +20,7 @@ namespace {
 
 constexpr int kHeads = 4, kKvHeads = 2, kHd = 32, kKvDim = kKvHeads * kHd, kQDim = kHeads * kHd;
 
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 // One sequence: `cached` positions in the view, `fresh` new rows after them.
 std::vector<float> run(const KvLayerView& view, int cached, int fresh, int window, const std::vector<float>& q,

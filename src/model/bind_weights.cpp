@@ -54,13 +54,7 @@ bool has_bias(const TensorSource& s, int configured, const std::string& tensor, 
 
 std::string gpt_prefix(const TensorSource& s) { return s.has("transformer.wte.weight") ? "transformer." : ""; }
 
-void bind_learned_embeddings(const TensorSource& s, const std::string& p, Model& m) {
-  const ModelConfig& c = m.cfg;
-  m.tok_emb = s.read_f32(p + "wte.weight", {c.vocab_size, c.dim});
-  m.pos_emb = s.read_f32(p + "wpe.weight", {c.max_seq_len, c.dim});
-  m.final_norm = s.read_f32(p + "ln_f.weight", {c.dim});
-  m.final_norm_bias = s.read_f32(p + "ln_f.bias", {c.dim});
-}
+namespace {
 
 void bind_gpt_norms_and_mlp(const TensorSource& s, const std::string& lp, const ModelConfig& c, LayerWeights& L,
                             bool conv) {
@@ -75,6 +69,26 @@ void bind_gpt_norms_and_mlp(const TensorSource& s, const std::string& lp, const 
     L.w_up = bind_linear(s, lp + "mlp.c_fc", c.hidden_dim, c.dim, true);
     L.w_down = bind_linear(s, lp + "mlp.c_proj", c.dim, c.hidden_dim, true);
   }
+}
+
+}  // namespace
+
+void bind_gpt_like(const TensorSource& s, Model& m, bool conv,
+                   const std::function<void(const std::string&, LayerWeights&)>& attention) {
+  const ModelConfig& c = m.cfg;
+  // HF checkpoints keep the tensors under "transformer."; GGUF-renamed ones at the top.
+  const std::string p = s.has("transformer.wte.weight") ? "transformer." : "";
+  m.tok_emb = s.read_f32(p + "wte.weight", {c.vocab_size, c.dim});
+  m.pos_emb = s.read_f32(p + "wpe.weight", {c.max_seq_len, c.dim});
+  m.final_norm = s.read_f32(p + "ln_f.weight", {c.dim});
+  m.final_norm_bias = s.read_f32(p + "ln_f.bias", {c.dim});
+  m.layers.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string lp = p + "h." + std::to_string(i) + ".";
+    bind_gpt_norms_and_mlp(s, lp, c, m.layers[i], conv);
+    attention(lp, m.layers[i]);
+  }
+  if (!c.tied_embeddings) m.lm_head = bind_linear(s, "lm_head", c.vocab_size, c.dim, false);
 }
 
 }  // namespace kvlm

@@ -1,5 +1,6 @@
 // Helpers the families use to bind named tensors to Model weights (families/*.cpp).
 #pragma once
+#include <functional>
 #include <string>
 
 #include "io/tensor_source.h"
@@ -18,11 +19,10 @@ Linear split_rows(const Linear& fused, int first, int count);
 // does not expect is refused, never dropped), else (-1) whether the file holds the tensor.
 bool has_bias(const TensorSource& s, int configured, const std::string& tensor, const char* key);
 
-// GPT-2 and GPT-Neo share these: tensors under "transformer." in HF checkpoints, or at the top.
-std::string gpt_prefix(const TensorSource& s);
-void bind_learned_embeddings(const TensorSource& s, const std::string& prefix, Model& m);
-// ln_1, ln_2 and the GELU MLP of one block; conv: HF Conv1D layout, else nn.Linear.
-void bind_gpt_norms_and_mlp(const TensorSource& s, const std::string& layer_prefix, const ModelConfig& c,
-                            LayerWeights& L, bool conv);
+// A GPT-2-like model: embeddings, positions, the final norm and LM head, and per block ln_1,
+// ln_2 and the GELU MLP (conv: HF Conv1D layout, else nn.Linear); `attention(prefix, L)` binds
+// the family's attention projections of the block whose tensors start with `prefix`.
+void bind_gpt_like(const TensorSource& s, Model& m, bool conv,
+                   const std::function<void(const std::string&, LayerWeights&)>& attention);
 
 }  // namespace kvlm

@@ -4,25 +4,23 @@
 #include <cmath>
 
 #include "model/bind_weights.h"
-#include "model/family.h"
+#include "model/families/gpt2.h"
 #include "model/gguf_model.h"
 
 namespace kvlm {
 
-namespace {
-
-ModelConfig gpt2_from_hf(const HfReader& r) {
+ModelConfig gpt_like_from_hf(const HfReader& r, const char* arch, const GptKeyNames& k) {
   ModelConfig c;
-  c.arch = "gpt2";
-  c.dim = r.integer("n_embd");
-  c.n_layers = r.integer("n_layer");
-  c.n_heads = r.integer("n_head");
+  c.arch = arch;
+  c.dim = r.integer(k.dim);
+  c.n_layers = r.integer(k.layers);
+  c.n_heads = r.integer(k.heads);
   c.n_kv_heads = c.n_heads;
-  if (c.n_heads <= 0) fail(r.label, ": n_head must be positive");
+  if (c.n_heads <= 0) fail(r.label, ": ", k.heads, " must be positive");
   c.head_dim = c.dim / c.n_heads;
-  c.hidden_dim = r.integer_or("n_inner", 4 * c.dim);
+  c.hidden_dim = r.integer_or(k.hidden, 4 * c.dim);
   c.vocab_size = r.integer("vocab_size");
-  c.max_seq_len = r.integer("n_positions");
+  c.max_seq_len = r.integer(k.positions);
   c.norm_eps = r.number_or("layer_norm_epsilon", 1e-5f);
   c.norm = NormKind::LayerNorm;
   c.mlp = MlpKind::GeluTanh;
@@ -30,8 +28,15 @@ ModelConfig gpt2_from_hf(const HfReader& r) {
   c.learned_positions = true;
   c.bos_id = r.integer_or("bos_token_id", 50256);
   c.eos_id = r.integer_or("eos_token_id", 50256);
-  c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
   c.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
+  return c;
+}
+
+namespace {
+
+ModelConfig gpt2_from_hf(const HfReader& r) {
+  ModelConfig c = gpt_like_from_hf(r, "gpt2", {"n_embd", "n_layer", "n_head", "n_inner", "n_positions"});
+  c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
   // scale_attn_weights=false drops the 1/sqrt(d); the inverse-layer scale divides layer i by i+1.
   // reorder_and_upcast_attn changes only the precision HF computes in, not the math: accepted.
   if (!r.boolean_or("scale_attn_weights", true)) c.attn_scale = 1.0f;
@@ -53,21 +58,14 @@ void gpt2_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
 void bind_gpt2(const TensorSource& s, Model& m, TensorLayout layout) {
   const bool conv = layout == TensorLayout::HuggingFace;
   const ModelConfig& c = m.cfg;
-  std::string p = gpt_prefix(s);
-  bind_learned_embeddings(s, p, m);
-  m.layers.resize(c.n_layers);
-  for (int i = 0; i < c.n_layers; ++i) {
-    std::string lp = p + "h." + std::to_string(i) + ".";
-    LayerWeights& L = m.layers[i];
-    bind_gpt_norms_and_mlp(s, lp, c, L, conv);
+  bind_gpt_like(s, m, conv, [&](const std::string& lp, LayerWeights& L) {
     Linear qkv = conv ? bind_conv1d(s, lp + "attn.c_attn", c.dim, 3 * c.dim)
                       : bind_linear(s, lp + "attn.c_attn", 3 * c.dim, c.dim, true);
     L.wq = split_rows(qkv, 0, c.dim);
     L.wk = split_rows(qkv, c.dim, c.dim);
     L.wv = split_rows(qkv, 2 * c.dim, c.dim);
     L.wo = conv ? bind_conv1d(s, lp + "attn.c_proj", c.dim, c.dim) : bind_linear(s, lp + "attn.c_proj", c.dim, c.dim, true);
-  }
-  if (!c.tied_embeddings) m.lm_head = bind_linear(s, "lm_head", c.vocab_size, c.dim, false);
+  });
 }
 
 const GgufNames kGpt2GgufNames = {

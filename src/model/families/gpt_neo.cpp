@@ -1,35 +1,18 @@
 // GPT-Neo (GPTNeoForCausalLM): GPT-2's blocks with separate q/k/v projections (no bias), no score
 // scaling, and local (windowed) and global layers listed by attention_types. No GGUF reader.
 #include "model/bind_weights.h"
-#include "model/family.h"
+#include "model/families/gpt2.h"
 
 namespace kvlm {
 
 namespace {
 
 ModelConfig gpt_neo_from_hf(const HfReader& r) {
-  ModelConfig c;
-  c.arch = "gpt_neo";
-  c.dim = r.integer("hidden_size");
-  c.n_layers = r.integer("num_layers");
-  c.n_heads = r.integer("num_heads");
-  c.n_kv_heads = c.n_heads;
-  if (c.n_heads <= 0) fail(r.label, ": num_heads must be positive");
-  c.head_dim = c.dim / c.n_heads;
-  c.hidden_dim = r.integer_or("intermediate_size", 4 * c.dim);
-  c.vocab_size = r.integer("vocab_size");
-  c.max_seq_len = r.integer("max_position_embeddings");
-  c.norm_eps = r.number_or("layer_norm_epsilon", 1e-5f);
-  c.norm = NormKind::LayerNorm;
-  c.mlp = MlpKind::GeluTanh;
-  r.check_activation("activation_function", "gelu_new", "gelu_pytorch_tanh");
-  c.learned_positions = true;
+  ModelConfig c =
+      gpt_like_from_hf(r, "gpt_neo", {"hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"});
   c.attn_scale = 1.0f;  // GPT-Neo does not scale attention scores by 1/sqrt(d)
-  c.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
   c.qkv_bias = 0;
   c.o_bias = c.mlp_bias = 1;
-  c.bos_id = r.integer_or("bos_token_id", 50256);
-  c.eos_id = r.integer_or("eos_token_id", 50256);
   int window = r.integer("window_size");
   // attention_types: [[["global", "local"], 12]] expands to the per-layer list.
   if (!r.has("attention_types") || !r.j["attention_types"].is_array())
@@ -54,20 +37,13 @@ ModelConfig gpt_neo_from_hf(const HfReader& r) {
 
 void bind_gpt_neo(const TensorSource& s, Model& m, TensorLayout) {
   const ModelConfig& c = m.cfg;
-  std::string p = gpt_prefix(s);
-  bind_learned_embeddings(s, p, m);
-  m.layers.resize(c.n_layers);
-  for (int i = 0; i < c.n_layers; ++i) {
-    std::string lp = p + "h." + std::to_string(i) + ".";
-    LayerWeights& L = m.layers[i];
-    bind_gpt_norms_and_mlp(s, lp, c, L, /*conv=*/false);
-    std::string a = lp + "attn.attention.";
+  bind_gpt_like(s, m, /*conv=*/false, [&](const std::string& lp, LayerWeights& L) {
+    const std::string a = lp + "attn.attention.";
     L.wq = bind_linear(s, a + "q_proj", c.dim, c.dim, false);
     L.wk = bind_linear(s, a + "k_proj", c.dim, c.dim, false);
     L.wv = bind_linear(s, a + "v_proj", c.dim, c.dim, false);
     L.wo = bind_linear(s, a + "out_proj", c.dim, c.dim, true);
-  }
-  if (!c.tied_embeddings) m.lm_head = bind_linear(s, "lm_head", c.vocab_size, c.dim, false);
+  });
 }
 
 }  // namespace

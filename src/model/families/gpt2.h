@@ -1,0 +1,17 @@
+// What GPT-Neo shares with GPT-2: the config keys of a LayerNorm / GELU block with learned
+// positions, under each family's own key names.
+#pragma once
+#include "model/family.h"
+
+namespace kvlm {
+
+struct GptKeyNames {
+  const char* dim;        // "n_embd" | "hidden_size"
+  const char* layers;     // "n_layer" | "num_layers"
+  const char* heads;      // "n_head" | "num_heads"
+  const char* hidden;     // "n_inner" | "intermediate_size" (default 4 x dim)
+  const char* positions;  // "n_positions" | "max_position_embeddings"
+};
+ModelConfig gpt_like_from_hf(const HfReader& r, const char* arch, const GptKeyNames& keys);
+
+}  // namespace kvlm
