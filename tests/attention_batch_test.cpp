@@ -92,8 +92,9 @@ TEST(AttentionBatch, ContiguousRingAndShuffledBlocksAgreeBitForBit) {
       for (int b = 0; b < (cached + fresh - window) / bs - 1; ++b) freed[b] = -1;
       paged.block_table = freed.data();
       EXPECT_EQ(run(paged, cached, fresh, window, q, k, v), want);
-      freed[(cached - 1) / bs] = -1;  // a block the window needs (one thread: the check throws to us)
+      freed[(cached - 1) / bs] = -1;  // a block the window needs: an internal error, on any thread
       EXPECT_THROW(run(paged, cached, fresh, window, q, k, v, 1), InternalError);
+      EXPECT_THROW(run(paged, cached, fresh, window, q, k, v, 2), InternalError);
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "core/error.h"
@@ -119,4 +120,25 @@ TEST(Context, PoolsFailCleanlyAndAreMadeSafelyFromThreads) {
   for (int i = 0; i < 8; ++i) ts.emplace_back([&, i] { got[i] = &Context::this_thread().pool(); });
   for (auto& t : ts) t.join();
   for (ThreadPool* p : got) EXPECT_EQ(p, got[0]);  // one process pool, made once
+}
+
+TEST(Context, PoolCarriesAWorkersExceptionToTheCaller) {
+  ThreadPool pool(4);
+  for (size_t bad : {0u, 63u}) {  // the caller's slice, then a worker's
+    std::atomic<int> done{0};
+    try {
+      pool.parallel_for(64, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i)
+          if (i == bad) fail("item ", i, " failed");
+        done += static_cast<int>(e - b);
+      });
+      ADD_FAILURE() << "no exception";
+    } catch (const KvlmError& err) {
+      EXPECT_NE(std::string(err.what()).find("item " + std::to_string(bad)), std::string::npos) << err.what();
+    }
+    EXPECT_EQ(done.load(), 64 - 16);  // every other slice ran to its end before the throw
+    std::atomic<int> sum{0};
+    pool.parallel_for(64, [&](size_t b, size_t e) { sum += static_cast<int>(e - b); });
+    EXPECT_EQ(sum.load(), 64);  // and the pool works after it
+  }
 }

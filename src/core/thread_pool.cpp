@@ -76,7 +76,14 @@ void ThreadPool::worker(int index) {
       t_isa_cap = job_isa_;
     }
     auto [b, e] = slice(n, n_threads_, index);
-    if (b < e) (*job)(b, e);
+    if (b < e) {
+      try {
+        (*job)(b, e);
+      } catch (...) {  // carried to the caller, which rethrows it once every slice is done
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!job_error_) job_error_ = std::current_exception();
+      }
+    }
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -98,7 +105,16 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
   }
   wake_cv_.notify_all();
   auto [b, e] = slice(n, n_threads_, 0);
-  if (b < e) fn(b, e);
+  // The caller's slice may throw too; either way every worker must be done with `fn` (which the
+  // caller's frame owns) before this returns or unwinds.
+  std::exception_ptr error;
+  if (b < e) {
+    try {
+      fn(b, e);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
   // Spin briefly, then yield: when threads outnumber free cores (two contexts computing at once
   // on two cores) a pure spin would keep the workers it waits for off the CPU.
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins)
@@ -106,6 +122,12 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
       cpu_relax();
     else
       std::this_thread::yield();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error) error = job_error_;
+    job_error_ = nullptr;
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 int ThreadPool::default_threads() {

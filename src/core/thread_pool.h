@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -26,7 +27,8 @@ class ThreadPool {
   static constexpr int kMaxThreads = 1024;
   int size() const { return n_threads_; }
 
-  // Calls fn(begin, end) on disjoint ranges covering [0, n); the caller thread takes part.
+  // Calls fn(begin, end) on disjoint ranges covering [0, n); the caller thread takes part. If a
+  // slice throws, the first exception is rethrown on the caller after every slice has ended.
   void parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn);
 
   // The pool kernels use: this thread's scoped pool if one is set (below), else the process-wide
@@ -62,6 +64,7 @@ class ThreadPool {
   const std::function<void(size_t, size_t)>* job_ = nullptr;
   size_t job_n_ = 0;
   Isa job_isa_ = Isa::Avx512;  // the submitting thread's ISA cap, applied by the workers
+  std::exception_ptr job_error_;  // the first exception a worker's slice threw
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
