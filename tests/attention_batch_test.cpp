@@ -36,7 +36,8 @@ std::vector<float> run(const KvLayerView& view, int cached, int fresh, int windo
   b.v = v.data();
   std::vector<float> out(static_cast<size_t>(fresh) * kQDim, -1.0f);
   b.out = out.data();
-  b.seqs.push_back({cached, 0, fresh, view});
+  b.add_seq(cached, fresh);
+  b.seqs[0].kv = view;
   ThreadPool pool(threads > 0 ? threads : ThreadPool::default_threads());  // KVLM_THREADS applies
   attention_batch(b, pool);
   return out;

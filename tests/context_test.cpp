@@ -93,7 +93,7 @@ TEST(Context, IsaCapReachesThePoolWorkers) {
   std::mutex mu;
   std::set<std::string> seen;
   {
-    ContextScope on(scalar);
+    IsaScope on(scalar.isa_cap());
     scalar.pool().parallel_for(64, [&](size_t, size_t) {
       std::lock_guard<std::mutex> lock(mu);
       seen.insert(kernel_isa());

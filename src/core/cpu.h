@@ -44,7 +44,9 @@ const char* isa_name(Isa isa);
 // This thread's cap on top of that: an execution context's choice (kernels/context.h). Thread
 // pools carry the submitting thread's cap to their workers for each job.
 inline thread_local Isa t_isa_cap = Isa::Avx512;
-inline Isa thread_isa() { return static_cast<int>(t_isa_cap) < static_cast<int>(active_isa()) ? t_isa_cap : active_isa(); }
+// The ISA kernels run at under `cap`: the lower of the cap and active_isa().
+inline Isa capped_isa(Isa cap) { return static_cast<int>(cap) < static_cast<int>(active_isa()) ? cap : active_isa(); }
+inline Isa thread_isa() { return capped_isa(t_isa_cap); }
 inline bool isa_at_least(Isa isa) { return static_cast<int>(thread_isa()) >= static_cast<int>(isa); }
 
 // Sets this thread's cap for the scope's life.

@@ -231,7 +231,7 @@ std::vector<StepEvent> Engine::step() {
     stats_.computed_tokens += n;
   }
   std::vector<float> logits;
-  forward_batch(opt_.exec ? *opt_.exec : Context::this_thread(), model_, chunks, logits);
+  forward_batch(Context::or_this_thread(opt_.exec), model_, chunks, logits);
   ++stats_.steps;
 
   // 4. Sample, append, finish.

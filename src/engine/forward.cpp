@@ -37,13 +37,7 @@ void norm_rows(ThreadPool& pool, const ModelConfig& c, const float* x, const std
   });
 }
 
-// Rows of the batch: which chunk each belongs to and its absolute position.
-struct RowInfo {
-  int chunk;
-  int pos;
-};
-
-void apply_rope(ThreadPool& pool, const Model& m, float* x, const std::vector<RowInfo>& rows, int n_heads) {
+void apply_rope(ThreadPool& pool, const Model& m, float* x, const std::vector<AttentionRow>& rows, int n_heads) {
   if (m.cfg.rope == RopeKind::None) return;
   const size_t width = static_cast<size_t>(n_heads) * m.cfg.head_dim;
   for_rows(pool, static_cast<int>(rows.size()), width, [&](int t) { m.rope.rotate_heads(x + t * width, n_heads, rows[t].pos); });
@@ -59,11 +53,12 @@ void add_rows(ThreadPool& pool, float* x, const float* y, int n, size_t width) {
 
 void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& chunks, std::vector<float>& logits) {
   const ModelConfig& c = m.cfg;
-  ContextScope isa(ctx);
+  IsaScope isa(ctx.isa_cap());  // the pool carries it to its workers with each job
   ThreadPool& pool = ctx.pool();
   const size_t D = c.dim;
-  std::vector<RowInfo> rows;
-  std::vector<int> first_row;
+  // Attention metadata, built as the chunks are checked: per sequence its cached length and its
+  // rows (the rows' positions serve RoPE and the embeddings too); the views are set per layer.
+  AttentionBatch attn;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const SeqChunk& ch = chunks[i];
     if (ch.n <= 0) fail("forward needs at least one token per sequence");
@@ -77,9 +72,9 @@ void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& ch
     const int pos0 = ch.kv->length();
     if (c.learned_positions && pos0 + ch.n > c.max_seq_len)
       fail("sequence of ", pos0 + ch.n, " tokens exceeds the model's ", c.max_seq_len, " learned positions");
-    first_row.push_back(static_cast<int>(rows.size()));
-    for (int t = 0; t < ch.n; ++t) rows.push_back({static_cast<int>(i), pos0 + t});
+    attn.add_seq(pos0, ch.n);
   }
+  const std::vector<AttentionRow>& rows = attn.rows;
   const int n = static_cast<int>(rows.size());
 
   // Activations, one row per token of the batch, in the context's scratch: allocated once for
@@ -95,8 +90,6 @@ void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& ch
   float* h2 = c.mlp == MlpKind::SwiGLU ? ctx.scratch(7, N * c.hidden_dim) : nullptr;  // [n][hidden] (up)
   float* tmp = ctx.scratch(8, N * D);                      // [n][dim]
 
-  // Attention metadata: per sequence its cached length and its rows; the views per layer.
-  AttentionBatch attn;
   attn.n_heads = c.n_heads;
   attn.n_kv_heads = c.n_kv_heads;
   attn.head_dim = c.head_dim;
@@ -104,12 +97,10 @@ void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& ch
   attn.k = k;
   attn.v = v;
   attn.out = att;
-  for (size_t i = 0; i < chunks.size(); ++i)
-    attn.seqs.push_back({chunks[i].kv->length(), first_row[i], chunks[i].n, KvLayerView{}});
 
   for (int t = 0; t < n; ++t) {
-    const SeqChunk& ch = chunks[rows[t].chunk];
-    int tok = ch.tokens[t - first_row[rows[t].chunk]];
+    const AttentionSeq& seq = attn.seqs[rows[t].seq];
+    int tok = chunks[rows[t].seq].tokens[t - seq.first_row];
     std::copy_n(m.tok_emb.data() + static_cast<size_t>(tok) * D, D, x + t * D);
     if (c.learned_positions) add_rows(pool, x + t * D, m.pos_emb.data() + static_cast<size_t>(rows[t].pos) * D, 1, D);
   }
@@ -129,7 +120,7 @@ void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& ch
     for (size_t i = 0; i < chunks.size(); ++i) attn.seqs[i].kv = chunks[i].kv->view(l);
     attention_batch(attn, pool);
     for (size_t i = 0; i < chunks.size(); ++i) {
-      size_t off = static_cast<size_t>(first_row[i]) * c.kv_dim();
+      size_t off = static_cast<size_t>(attn.seqs[i].first_row) * c.kv_dim();
       chunks[i].kv->store(l, chunks[i].kv->length(), chunks[i].n, k + off, v + off);
     }
     L.wo.forward(att, n, tmp, ctx);
@@ -159,7 +150,7 @@ void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& ch
   std::vector<int> out_rows;
   for (size_t i = 0; i < chunks.size(); ++i) {
     int first = chunks[i].which == LogitsFor::All ? 0 : chunks[i].n - 1;
-    for (int t = first; t < chunks[i].n; ++t) out_rows.push_back(first_row[i] + t);
+    for (int t = first; t < chunks[i].n; ++t) out_rows.push_back(attn.seqs[i].first_row + t);
   }
   const int R = static_cast<int>(out_rows.size());
   for (int r = 0; r < R; ++r) std::copy_n(x + out_rows[r] * D, D, tmp + r * D);

@@ -67,7 +67,7 @@ class Generation {
   int total_ = 0;
   bool done_ = false;
   double t0_ms_ = 0;
-  Context& ctx() const { return opt_.exec ? *opt_.exec : Context::this_thread(); }
+  Context& ctx() const { return Context::or_this_thread(opt_.exec); }
 };
 
 // on_token(id) is called as each token is produced (for streaming).

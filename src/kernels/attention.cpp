@@ -181,14 +181,11 @@ void attn_update(AttnState& st, float* s, size_t s_stride, int n) {
     float mx = st.m[i];
     for (int j = 0; j < n; ++j) mx = std::max(mx, si[j]);
     float corr = std::exp(st.m[i] - mx);  // exp(-inf) = 0 before the first span
-    bool done = false;
 #if KVLM_X86
-    if (isa_at_least(Isa::Avx2)) {
+    if (isa_at_least(Isa::Avx2))
       exp_minus_avx2(si, n, mx);
-      done = true;
-    }
+    else
 #endif
-    if (!done)
       for (int j = 0; j < n; ++j) si[j] = std::exp(si[j] - mx);
     float sum = 0.0f;
     for (int j = 0; j < n; ++j) sum += si[j];

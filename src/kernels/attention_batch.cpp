@@ -10,11 +10,6 @@ namespace kvlm {
 
 namespace {
 
-// Rows of the batch: the sequence each belongs to and its absolute position.
-struct Row {
-  int seq, pos;
-};
-
 // Calls fn(offset, rows, stride, count) for the memory runs of cached positions [from, to) of
 // KV head g: encoded rows are decoded into `deq` a run at a time.
 template <class Fn>
@@ -57,16 +52,20 @@ void cached_runs(const KvLayerView& kv, int kv_dim, int hd, int g, int from, int
 
 }  // namespace
 
+void AttentionBatch::add_seq(int context_len, int n_rows) {
+  seqs.push_back({context_len, static_cast<int>(rows.size()), n_rows, KvLayerView{}});
+  for (int t = 0; t < n_rows; ++t) rows.push_back({static_cast<int>(seqs.size()) - 1, context_len + t});
+}
+
 void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
   const int hd = b.head_dim, group = b.n_heads / b.n_kv_heads;
   const int kv_dim = b.n_kv_heads * hd, q_dim = b.n_heads * hd;
   constexpr int kSpan = 128;  // keys per online-softmax update, at fixed logical positions
   KVLM_CHECK(b.n_kv_heads > 0 && group * b.n_kv_heads == b.n_heads, "query heads must tile the KV heads");
-  std::vector<Row> rows;
-  for (size_t i = 0; i < b.seqs.size(); ++i) {
-    KVLM_CHECK(b.seqs[i].first_row == static_cast<int>(rows.size()), "sequences' rows must be in order");
-    for (int t = 0; t < b.seqs[i].n_rows; ++t) rows.push_back({static_cast<int>(i), b.seqs[i].context_len + t});
-  }
+  const std::vector<AttentionRow>& rows = b.rows;
+  size_t seq_rows = 0;
+  for (const AttentionSeq& s : b.seqs) seq_rows += s.n_rows;
+  KVLM_CHECK(seq_rows == rows.size(), "the rows must be the sequences' rows (AttentionBatch::add_seq)");
   const int n_rows = static_cast<int>(rows.size());
   auto body = [&](size_t begin, size_t end) {
     std::vector<float> m(group), l(group), acc(static_cast<size_t>(group) * hd), s(static_cast<size_t>(group) * kSpan);
@@ -77,7 +76,7 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
       // pool's contiguous slices carry equal work (in order, one thread got 3/4 of a prefill).
       const int slot = static_cast<int>(idx / b.n_kv_heads), g = static_cast<int>(idx % b.n_kv_heads);
       const int t = slot % 2 == 0 ? slot / 2 : n_rows - 1 - slot / 2;
-      const Row& r = rows[t];
+      const AttentionRow& r = rows[t];
       const AttentionSeq& seq = b.seqs[r.seq];
       const int pos0 = seq.context_len, row0 = seq.first_row;  // the sequence's first new row is at pos0
       const int p = r.pos, lo = b.window > 0 ? std::max(0, p - b.window + 1) : 0;
@@ -107,7 +106,7 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
   };
   const size_t items = static_cast<size_t>(n_rows) * b.n_kv_heads;
   size_t work = 0;  // multiply-adds, roughly
-  for (const Row& r : rows) work += static_cast<size_t>(r.pos + 1) * hd * b.n_heads;
+  for (const AttentionRow& r : rows) work += static_cast<size_t>(r.pos + 1) * hd * b.n_heads;
   if (work < (1u << 15))
     body(0, items);
   else

@@ -46,6 +46,11 @@ struct AttentionSeq {
   KvLayerView kv;
 };
 
+// One new row of the batch: the sequence it belongs to and its absolute position.
+struct AttentionRow {
+  int seq, pos;
+};
+
 struct AttentionBatch {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
@@ -55,6 +60,10 @@ struct AttentionBatch {
   const float* v = nullptr;
   float* out = nullptr;      // [rows][n_heads * head_dim]
   std::vector<AttentionSeq> seqs;
+  std::vector<AttentionRow> rows;  // every new row, sequence after sequence (made by add_seq)
+
+  // Appends a sequence whose n_rows new rows follow context_len cached positions.
+  void add_seq(int context_len, int n_rows);
 };
 
 // Causal attention of every new row, with an online softmax over spans of 128 logical

@@ -7,9 +7,7 @@ Context::Context(int threads, Isa isa_cap)
 
 Context::Context(Isa isa_cap) : isa_cap_(isa_cap) {}
 
-Isa Context::isa() const {
-  return static_cast<int>(isa_cap_) < static_cast<int>(active_isa()) ? isa_cap_ : active_isa();
-}
+Isa Context::isa() const { return capped_isa(isa_cap_); }
 
 float* Context::scratch(int slot, size_t n) {
   if (slot >= static_cast<int>(scratch_.size())) scratch_.resize(slot + 1);

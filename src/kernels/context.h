@@ -38,22 +38,14 @@ class Context {
 
   // The calling thread's default context, on the process pool; made on first use.
   static Context& this_thread();
+  // `ctx` when given, else this_thread() (options whose context is optional).
+  static Context& or_this_thread(Context* ctx) { return ctx ? *ctx : this_thread(); }
 
  private:
   std::unique_ptr<ThreadPool> owned_;
   Isa isa_cap_;
   std::vector<std::vector<float>> scratch_;
   QuantizedActs acts_;
-};
-
-// Runs the calling thread at a context's ISA for the scope's life (the pool carries it to its
-// workers with each job).
-class ContextScope {
- public:
-  explicit ContextScope(const Context& ctx) : isa_(ctx.isa_cap()) {}
-
- private:
-  IsaScope isa_;
 };
 
 }  // namespace kvlm

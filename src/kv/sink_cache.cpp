@@ -7,16 +7,14 @@
 namespace kvlm {
 
 SinkKvCache::SinkKvCache(const ModelConfig& cfg, const RopeTable& rope, int sinks, int window)
-    : rope_(rope), n_kv_heads_(cfg.n_kv_heads), head_dim_(cfg.head_dim), sinks_(sinks), slots_(0), kv_dim_(cfg.kv_dim()) {
+    : rope_(rope), n_kv_heads_(cfg.n_kv_heads), sinks_(sinks), slots_(0), kv_dim_(cfg.kv_dim()) {
   if (sinks < 0 || window < 1) fail("attention sinks need sink tokens >= 0 and a window >= 1");
   const int64_t slots = static_cast<int64_t>(sinks) + window;  // in 64 bits: no wrap before the check
   if (slots > cfg.max_seq_len)
     fail("sink tokens + window (", slots, ") exceed the model's context ", cfg.max_seq_len);
   slots_ = static_cast<int>(slots);
-  if (cfg.rope == RopeKind::None || rope.kind == RopeKind::None)
+  if (rope.kind == RopeKind::None)  // the table this cache re-rotates keys with
     fail("attention sinks need a RoPE model: ", cfg.arch, " bakes positions into its embeddings");
-  if (slots_ > cfg.max_seq_len)
-    fail("sink tokens + window (", slots_, ") exceed the model's context ", cfg.max_seq_len);
   for (int l = 0; l < cfg.n_layers; ++l) {
     k_.emplace_back(static_cast<size_t>(slots_) * kv_dim_);
     v_.emplace_back(static_cast<size_t>(slots_) * kv_dim_);

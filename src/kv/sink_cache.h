@@ -39,7 +39,7 @@ class SinkKvCache : public KvCache {
   void evict(int e);
 
   const RopeTable& rope_;
-  int n_kv_heads_, head_dim_;
+  int n_kv_heads_;
   int sinks_, slots_, kv_dim_, length_ = 0;
   long evicted_ = 0;
   std::vector<std::vector<float>> k_, v_;  // [n_layers][slots][kv_dim]
