@@ -2,6 +2,7 @@
 // re-rotated keys equal keys computed at their new positions, and generation runs to 10x the
 // model's context with finite logits.
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "engine/forward.h"
 #include "engine/generator.h"
@@ -78,6 +79,29 @@ TEST(SinkCache, TenTimesTheContextWithBoundedMemoryAndFiniteLogits) {
                            "--kv-layout", "contiguous", "--window", "8"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("RoPE"), std::string::npos) << r.err;
+}
+
+// The CLI streams in either layout, with the same tokens: the paged one goes through the engine.
+TEST(SinkCache, GenerateGivesTheSameTokensPagedAndContiguous) {
+  KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "attention sinks through kvlm generate");
+  const std::string dir = test::shared_path("models/stories260K");
+  std::vector<std::string> ids[2];
+  const char* layouts[2] = {"contiguous", "paged"};
+  for (int i = 0; i < 2; ++i) {
+    auto r = test::run_kvlm({"generate", "--model", dir + "/stories260K.bin", "--tokenizer", dir + "/tok512.bin", "--prompt",
+                             "Once upon a time", "--max-new-tokens", "700", "--ignore-eos", "--window", "40",
+                             "--sink-tokens", "4", "--kv-layout", layouts[i], "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["generated_ids"].size(), 700u);  // past the 512-token context
+    EXPECT_EQ(j["finish_reason"], "length");
+    ids[i].push_back(j["generated_ids"].dump());
+  }
+  EXPECT_EQ(ids[0], ids[1]);
+  auto r = test::run_kvlm({"generate", "--model", dir + "/stories260K.bin", "--tokenizer", dir + "/tok512.bin", "--prompt",
+                           "Once", "--window", "40", "--kv-dtype", "int8"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("f32 KV pages"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace kvlm::cli {
 
 namespace {
 
-struct BatchArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs {
+struct BatchArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs, SinkArgs {
   std::string prompts;
   int max_new_tokens = 64, max_batch_tokens = 4096;
   bool json = false, no_prefix_cache = false, ignore_eos = false, kv_stats = false;
@@ -37,13 +37,16 @@ int run_batch(const BatchArgs& a) {
   eo.max_batch_tokens = a.max_batch_tokens;
   eo.kv_dtype = parse_kv_dtype(a.kv_dtype);
   eo.kv_residual = a.kv_residual;
+  eo.sink_tokens = a.sink_tokens;
+  eo.window = a.window;
   // Default pool: room for every sequence at its full length, which the context caps.
   const size_t ctx = static_cast<size_t>(model->cfg.max_seq_len);
   size_t need = 0;
   std::vector<std::vector<int>> prompts;
   for (const std::string& l : lines) {
     prompts.push_back(tok->encode_prompt(l));
-    size_t len = std::min(ctx, prompts.back().size() + static_cast<size_t>(a.max_new_tokens));
+    size_t len = a.window > 0 ? static_cast<size_t>(a.sink_tokens) + a.window  // a stream's footprint
+                              : std::min(ctx, prompts.back().size() + static_cast<size_t>(a.max_new_tokens));
     need += (len + a.block_size - 1) / a.block_size;
   }
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : static_cast<int>(std::min<size_t>(need, 1 << 24));
@@ -119,6 +122,7 @@ Runner add_batch(CLI::App& app) {
   sub->add_option("--prompts", a->prompts, "text file, one prompt per line")->required();
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens per prompt (default 64)")->check(CLI::Range(1, 1 << 24));
   add_kv_pool_options(sub, *a);
+  add_sink_options(sub, *a);
   add_kv_codec_options(sub, *a);
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")
       ->check(CLI::Range(1, 1 << 24));

@@ -1,6 +1,7 @@
 // kvlm generate: prompt -> streamed text (or one JSON object). The KV cache is paged by default
 // (--kv-layout contiguous for the classic per-sequence buffer) or off (--no-kv-cache).
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -14,9 +15,8 @@ namespace kvlm::cli {
 
 namespace {
 
-struct GenerateArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs {
+struct GenerateArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs, SinkArgs {
   std::string prompt, layout = "paged";
-  int sink_tokens = 4, window = 0;
   int max_new_tokens = 128, ctx = 0, parallel = 1;
   bool no_kv_cache = false, json = false, ignore_eos = false, kv_stats = false;
 };
@@ -74,10 +74,14 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
   eo.block_size = a.block_size;
   eo.context = opt.context > 0 ? opt.context : m.cfg.max_seq_len;
   int ctx = a.ctx > 0 ? a.ctx : m.cfg.max_seq_len;
-  int per_seq = (std::min<int>(ctx, static_cast<int>(prompt.size()) + a.max_new_tokens) + a.block_size - 1) / a.block_size;
+  const int held = a.window > 0 ? a.sink_tokens + a.window  // a stream's footprint
+                                : std::min<int>(ctx, static_cast<int>(prompt.size()) + a.max_new_tokens);
+  int per_seq = (held + a.block_size - 1) / a.block_size;
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : per_seq * a.parallel;
   eo.kv_dtype = opt.kv_dtype;
   eo.kv_residual = opt.kv_residual;
+  eo.sink_tokens = a.sink_tokens;
+  eo.window = a.window;
   if (!a.kv_capacity.empty())
     eo.num_blocks = parse_kv_capacity(a.kv_capacity, BlockPool::block_bytes(m.cfg, a.block_size, opt.kv_dtype), a.block_size);
   Engine e(m, eo);
@@ -131,7 +135,7 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
   for (int id : ids) {
     const Sequence& s = e.seq(id);
     std::vector<int> gen(s.tokens.begin() + s.prompt_len, s.tokens.end());
-    o.samples.push_back({gen, text[id], finish_reason(m.cfg, opt, gen, static_cast<int>(s.tokens.size()), eo.context)});
+    o.samples.push_back({gen, text[id], finish_reason(m.cfg, opt, gen, static_cast<int>(s.tokens.size()), a.window > 0 ? INT_MAX : eo.context)});
   }
   double sum = 0;
   for (double ms : step_ms) sum += ms;
@@ -148,8 +152,7 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
 int run_generate(const GenerateArgs& a) {
   if (a.layout != "paged" && a.layout != "contiguous") fail("--kv-layout must be paged or contiguous");
   if (a.parallel > 1 && (a.no_kv_cache || a.layout != "paged")) fail("--parallel needs the paged KV cache");
-  if (a.window > 0 && (a.layout == "paged" || a.no_kv_cache))
-    fail("--window (attention sinks) needs --kv-layout contiguous");
+  if (a.window > 0 && a.no_kv_cache) fail("--window (attention sinks) needs the KV cache");
   const KvDtype kv_dtype = parse_kv_dtype(a.kv_dtype);  // before the (slow) model load
   auto model = load_model(a.model, a.weights);
   if (a.window > 0 && model->cfg.rope == RopeKind::None)
@@ -231,10 +234,7 @@ Runner add_generate(CLI::App& app) {
   sub->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence at every step");
   sub->add_option("--kv-layout", a->layout, "paged (default) or contiguous");
   add_kv_codec_options(sub, *a);
-  sub->add_option("--window", a->window, "attention sinks: keep --sink-tokens plus the last W tokens, drop the middle, "
-                                         "and generate past the context (contiguous layout)")->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--sink-tokens", a->sink_tokens, "first tokens always kept with --window (default 4)")
-      ->check(CLI::Range(0, 1 << 24));
+  add_sink_options(sub, *a);
   add_kv_pool_options(sub, *a);
   sub->add_flag("--kv-stats", a->kv_stats, "print the KV memory ledger at its peak");
   sub->add_option("--parallel", a->parallel, "sample K continuations that share the prompt's KV blocks")

@@ -24,6 +24,14 @@ void add_kv_pool_options(CLI::App* sub, KvPoolArgs& a) {
       ->check(CLI::Range(1, 1 << 24));
 }
 
+void add_sink_options(CLI::App* sub, SinkArgs& a) {
+  sub->add_option("--window", a.window, "attention sinks: keep --sink-tokens plus the last W tokens, drop the middle, "
+                                        "and generate past the context (RoPE models, f32 pages)")
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--sink-tokens", a.sink_tokens, "first tokens always kept with --window (default 4)")
+      ->check(CLI::Range(0, 1 << 24));
+}
+
 void add_sampling_options(CLI::App* sub, SamplingArgs& a, const std::string& seed_help) {
   sub->add_option("--temperature", a.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
   sub->add_option("--top-k", a.top_k, "keep the k most likely tokens (0 = all)")->check(CLI::Range(0, 1 << 24));

@@ -35,6 +35,13 @@ struct KvPoolArgs {
 };
 void add_kv_pool_options(CLI::App* sub, KvPoolArgs& a);
 
+// Attention sinks (StreamingLLM): --window, --sink-tokens.
+struct SinkArgs {
+  int sink_tokens = 4;
+  int window = 0;  // 0 = off
+};
+void add_sink_options(CLI::App* sub, SinkArgs& a);
+
 // --temperature, --top-k, --top-p, --seed.
 struct SamplingArgs {
   float temperature = 0.0f, top_p = 1.0f;

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/forward.h"
+#include "kv/paged_cache.h"
 
 namespace kvlm {
 
@@ -21,6 +22,30 @@ Engine::Engine(const Model& m, EngineOptions opt) : model_(m), opt_(opt) {
   if (opt_.num_blocks <= 0) opt_.num_blocks = (opt_.context + opt_.block_size - 1) / opt_.block_size;
   if (opt_.max_batch_tokens < 1) fail("max batch tokens must be >= 1");
   pool_ = std::make_unique<BlockPool>(m.cfg, opt_.block_size, opt_.num_blocks, opt_.kv_dtype);
+  if (streams()) {
+    make_cache("");  // refuses a model without RoPE, quantized pages, or sinks + window past the context
+    const int footprint = (opt_.sink_tokens + opt_.window + opt_.block_size - 1) / opt_.block_size;
+    if (footprint > pool_->num_blocks())
+      fail("a stream of ", opt_.sink_tokens, " sink tokens + a window of ", opt_.window, " needs ", footprint,
+           " KV blocks but the pool has ", pool_->num_blocks());
+  }
+}
+
+std::unique_ptr<KvCache> Engine::make_cache(const std::string& salt) const {
+  PagedKvOptions o{opt_.context, salt, opt_.kv_residual};
+  if (streams()) {
+    o.sinks = opt_.sink_tokens;
+    o.window = opt_.window;
+    o.rope = &model_.rope;
+  }
+  return std::make_unique<PagedKvCache>(*pool_, std::move(o));
+}
+
+int Engine::reserved_by_running() const {
+  if (!streams()) return 0;
+  int r = 0;
+  for (int id : running_) r += seqs_.at(id)->cache->blocks_to_reserve();
+  return r;
 }
 
 Engine::~Engine() {
@@ -42,9 +67,9 @@ int Engine::add(SeqParams p) {
   seqs_[id] = std::move(s);
   if (ref.tokens.empty()) {
     finish(ref, SeqState::Failed, "prompt is empty: it needs at least one token");
-  } else if (static_cast<int>(ref.tokens.size()) > opt_.context) {
-    finish(ref, SeqState::Failed, "prompt of " + std::to_string(ref.tokens.size()) + " tokens is longer than the context of " +
-                                      std::to_string(opt_.context) + " tokens");
+  } else if (const int limit = streams() ? opt_.window : opt_.context; static_cast<int>(ref.tokens.size()) > limit) {
+    finish(ref, SeqState::Failed, "prompt of " + std::to_string(ref.tokens.size()) + " tokens is longer than the " +
+                                      (streams() ? "window" : "context") + " of " + std::to_string(limit) + " tokens");
   } else if (auto bad = std::find_if(ref.tokens.begin(), ref.tokens.end(),
                                      [&](int t) { return t < 0 || t >= model_.cfg.vocab_size; });
              bad != ref.tokens.end()) {
@@ -82,13 +107,18 @@ int Engine::fork(int id, uint64_t seed) {
   Sequence& ref = *s;
   seqs_[nid] = std::move(s);
   if (!finished_first) {
-    ref.state = SeqState::Running;
     ref.cache = p.cache->fork();
     running_.push_back(nid);
+    if (reserved_by_running() > pool_->num_free()) {  // streams: both now share blocks each may copy
+      running_.pop_back();
+      seqs_.erase(nid);
+      fail("fork needs more KV blocks reserved than the pool has free");
+    }
+    ref.state = SeqState::Running;
     return nid;
   }
   const int tok = ref.tokens.back();
-  const bool stop = ref.generated() >= ref.params.max_new_tokens || static_cast<int>(ref.tokens.size()) >= opt_.context ||
+  const bool stop = ref.generated() >= ref.params.max_new_tokens || past_context(ref) ||
                     (ref.params.stop_at_eos && (tok == model_.cfg.eos_id || tok == model_.cfg.bos_id));
   if (stop) {
     ref.state = SeqState::Finished;
@@ -129,6 +159,12 @@ void Engine::finish(Sequence& s, SeqState st, const std::string& error) {
 }
 
 void Engine::preempt(Sequence& s) {
+  // A stream past its window cannot be recomputed as it was (what it dropped shaped what it
+  // kept). Admission reserves a stream's blocks so this never happens; if it did, it fails alone.
+  if (streams() && static_cast<int>(s.tokens.size()) > opt_.window) {
+    finish(s, SeqState::Failed, "a stream past its window was preempted and cannot be recomputed");
+    return;
+  }
   // Recompute later: drop its blocks, keep its tokens; it rejoins the head of the queue.
   s.cache.reset();
   s.state = SeqState::Waiting;
@@ -138,15 +174,22 @@ void Engine::preempt(Sequence& s) {
   waiting_.push_front(s.id);
 }
 
-bool Engine::admit(Sequence& s, int& budget, int reserved, bool alone) {
-  s.cache = std::make_unique<PagedKvCache>(*pool_, opt_.context, s.params.salt, opt_.kv_residual);
+bool Engine::admit(Sequence& s, int& budget, int& taken, bool alone) {
+  s.cache = make_cache(s.params.salt);
   int reused = opt_.prefix_cache ? s.cache->adopt_prefix(s.tokens) : 0;
   int n = todo(s);
+  // A stream reserves its whole footprint (adopting a prefix may have raised the reservations of
+  // the streams it shares with, so they are counted afresh); anything else takes this step's blocks.
+  const int takes = s.cache->blocks_to_reserve() > 0 ? 0 : s.cache->blocks_needed(n);
+  running_.push_back(s.id);
+  const int reserved = reserved_by_running();
+  running_.pop_back();
   // An oversized prompt may run alone rather than never.
-  if ((n > budget && !alone) || s.cache->blocks_needed(s.cache->length(), n) + reserved > pool_->num_free()) {
+  if ((n > budget && !alone) || taken + takes + reserved > pool_->num_free()) {
     s.cache.reset();
     return false;
   }
+  taken += takes;
   if (s.preemptions == 0) {
     s.admitted_at_ms = now_ms();
     s.reused_tokens = std::min(reused, s.prompt_len);
@@ -162,23 +205,25 @@ std::vector<StepEvent> Engine::step() {
   std::vector<StepEvent> events;
   const int vocab = model_.cfg.vocab_size;
   int budget = opt_.max_batch_tokens;
-  int reserved = 0;  // blocks the scheduled sequences will take in prepare()
   std::vector<Sequence*> batch;
-  auto need = [](const Sequence& s, int n) { return s.cache->blocks_needed(s.cache->length(), n); };
   // Blocks behind a sliding window go back now: counted as "freed later" instead, an admission
   // below could adopt one of them as a cached prefix and leave the pool a block short.
-  for (int id : running_) seqs_.at(id)->cache->release_window_blocks();
+  for (int id : running_) seqs_.at(id)->cache->release_unreachable();
+  // Blocks spoken for: what the scheduled sequences take in prepare() (`taken`), and the
+  // reservations of running streams, which cover their own steps.
+  int taken = 0;
+  auto takes = [](const Sequence& s, int n) { return s.cache->blocks_to_reserve() > 0 ? 0 : s.cache->blocks_needed(n); };
   // 1. Running sequences first, oldest first; when the pool runs dry, the newest is preempted.
   for (size_t i = 0; i < running_.size();) {
     Sequence& s = *seqs_.at(running_[i]);
     int n = todo(s);
-    if (need(s, n) + reserved > pool_->num_free()) {
+    if (takes(s, n) + taken + reserved_by_running() > pool_->num_free()) {
       preempt(*seqs_.at(running_.back()));  // never one already in the batch (those sit before i)
       continue;
     }
     if (n > budget && !batch.empty()) break;
     budget -= n;
-    reserved += need(s, n);
+    taken += takes(s, n);
     batch.push_back(&s);
     ++i;
   }
@@ -206,7 +251,7 @@ std::vector<StepEvent> Engine::step() {
           break;
         }
       }
-      int total_need = (static_cast<int>(s.tokens.size()) + opt_.block_size - 1) / opt_.block_size;
+      int total_need = (static_cast<int>(s.tokens.size()) + opt_.block_size - 1) / opt_.block_size;  // streams: checked at start
       if (total_need > pool_->num_blocks()) {  // can never fit: fail it, keep serving the others
         int id = s.id;
         finish(s, SeqState::Failed, "needs " + std::to_string(total_need) + " KV blocks but the pool has " +
@@ -214,9 +259,8 @@ std::vector<StepEvent> Engine::step() {
         events.push_back({id, -1, true});
         continue;
       }
-      if (!admit(s, budget, reserved, batch.empty())) break;
+      if (!admit(s, budget, taken, batch.empty())) break;
       waiting_.pop_front();
-      reserved += need(s, todo(s));
       batch.push_back(&s);
       note_inflight(s);
     }
@@ -227,7 +271,7 @@ std::vector<StepEvent> Engine::step() {
   std::vector<SeqChunk> chunks;
   for (Sequence* s : batch) {
     int n = todo(*s);
-    chunks.push_back({s->cache.get(), s->tokens.data() + s->cache->length(), n, LogitsFor::Last});
+    chunks.push_back({s->cache.get(), s->tokens.data() + s->cache->consumed(), n, LogitsFor::Last});
     stats_.computed_tokens += n;
   }
   std::vector<float> logits;
@@ -238,7 +282,7 @@ std::vector<StepEvent> Engine::step() {
   const double t = now_ms();
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence& s = *batch[i];
-    s.cache->publish_full_blocks(s.tokens);
+    s.cache->publish(s.tokens);
     s.last_logits.assign(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
     int tok;
     try {
@@ -251,8 +295,7 @@ std::vector<StepEvent> Engine::step() {
     s.tokens.push_back(tok);
     ++stats_.generated_tokens;
     if (s.ttft_ms < 0) s.ttft_ms = t - s.added_at_ms;
-    bool stop = s.generated() >= s.params.max_new_tokens ||
-                static_cast<int>(s.tokens.size()) >= opt_.context ||
+    bool stop = s.generated() >= s.params.max_new_tokens || past_context(s) ||
                 (s.params.stop_at_eos && (tok == model_.cfg.eos_id || tok == model_.cfg.bos_id));
     events.push_back({s.id, tok, stop});
     if (stop) finish(s, SeqState::Finished);
@@ -269,7 +312,7 @@ std::vector<BlockHash> Engine::block_hashes(const Sequence& s) const {
 }
 
 KvLedger Engine::ledger() const {
-  std::vector<std::pair<int, const PagedKvCache*>> caches;
+  std::vector<std::pair<int, const KvCache*>> caches;
   for (auto& [id, s] : seqs_)
     if (s->cache) caches.push_back({id, s->cache.get()});
   return compute_ledger(*pool_, caches);

@@ -12,7 +12,7 @@
 #include "engine/sampler.h"
 #include "kernels/context.h"
 #include "kv/ledger.h"
-#include "kv/paged_cache.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 
 namespace kvlm {
@@ -26,6 +26,11 @@ struct EngineOptions {
   KvDtype kv_dtype = KvDtype::F32;  // precision of the pages
   int kv_residual = 128;         // newest positions each sequence also keeps at f32 (quantized pages)
   int max_seqs = 0;              // sequences decoded together; 0 = as many as the pool holds
+  // Attention sinks (StreamingLLM) with window > 0: every sequence keeps its first sink_tokens
+  // and its last `window` tokens, drops the middle, and may generate past the context. Its
+  // blocks are bounded, so admission reserves them all: a stream is never preempted.
+  int sink_tokens = 4;
+  int window = 0;
   Context* exec = nullptr;       // execution context of the steps; null = the stepping thread's default
 };
 
@@ -46,7 +51,7 @@ struct Sequence {
   int prompt_len = 0;
   SeqState state = SeqState::Waiting;
   std::string error;                     // why it Failed
-  std::unique_ptr<PagedKvCache> cache;   // null while waiting
+  std::unique_ptr<KvCache> cache;        // null while waiting
   std::unique_ptr<Sampler> sampler;
   std::vector<float> last_logits;        // [vocab] from its latest step (fork resamples from it)
   int reused_tokens = 0;                 // prompt tokens taken from the prefix cache
@@ -96,10 +101,16 @@ class Engine {
  private:
   void preempt(Sequence& s);
   void finish(Sequence& s, SeqState st, const std::string& error = "");
-  bool admit(Sequence& s, int& budget, int reserved, bool alone);
+  bool admit(Sequence& s, int& budget, int& taken, bool alone);
+  std::unique_ptr<KvCache> make_cache(const std::string& salt) const;
+  bool streams() const { return opt_.window > 0; }
+  // A stream never runs out of context; anything else stops at it.
+  bool past_context(const Sequence& s) const { return !streams() && static_cast<int>(s.tokens.size()) >= opt_.context; }
+  // Blocks the running sequences may still take beyond those they hold (sink streams).
+  int reserved_by_running() const;
   // Chained hashes of the full blocks of s's tokens (the prefix-cache keys).
   std::vector<BlockHash> block_hashes(const Sequence& s) const;
-  int todo(const Sequence& s) const { return static_cast<int>(s.tokens.size()) - s.cache->length(); }
+  int todo(const Sequence& s) const { return static_cast<int>(s.tokens.size() - s.cache->consumed()); }
   double now_ms() const;
 
   const Model& model_;

@@ -119,6 +119,12 @@ void BlockPool::publish(int b, const BlockHash& h) {
   by_hash_.emplace(h, b);
 }
 
+void BlockPool::unpublish(int b) {
+  if (!hashed_[b]) return;
+  by_hash_.erase(hash_[b]);
+  hashed_[b] = false;
+}
+
 void BlockPool::copy_block(int dst, int src) {
   size_t n = static_cast<size_t>(block_size_) * kv_dim_;
   for (size_t l = 0; l < k_.size(); ++l) {

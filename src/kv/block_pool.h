@@ -65,6 +65,8 @@ class BlockPool {
   int lookup(const BlockHash& h) const;
   // Marks a full block as holding the prefix `h` (no-op if another block already does).
   void publish(int b, const BlockHash& h);
+  // Forgets a block's prefix hash: its holder is about to rewrite it (sink eviction).
+  void unpublish(int b);
   bool has_hash(int b) const { return hashed_[b]; }
 
   float* k(int layer, int b) { return k_[layer].data() + static_cast<size_t>(b) * block_size_ * kv_dim_; }

@@ -119,6 +119,30 @@ void ContiguousKvCache::set_length(int n) {
   length_ = n;
 }
 
+const std::vector<int>& KvCache::blocks() const {
+  static const std::vector<int> none;
+  return none;
+}
+
+void ContiguousKvCache::clear() {
+  // Memory follows need: a cleared cache holds nothing until positions arrive again.
+  for (auto* rows : {&k_, &v_, &kp_, &vp_})
+    for (auto& r : *rows) std::vector<float>().swap(r);
+  for (auto* rows : {&kq_, &vq_})
+    for (auto& r : *rows) std::vector<uint8_t>().swap(r);
+  rows_ = length_ = 0;
+}
+
+KvSeqStats ContiguousKvCache::stats() const {
+  KvSeqStats s;
+  s.tokens = length_;
+  s.residual_tokens = std::min(residual_, length_);
+  if (residual_ > 0)
+    for (size_t l = 0; l < k_.size(); ++l) s.residual_bytes += (k_[l].size() + v_[l].size()) * sizeof(float);
+  s.bytes = bytes_allocated();
+  return s;
+}
+
 size_t ContiguousKvCache::bytes_for(int positions) const {
   const bool quantized = codec_.dtype != KvDtype::F32;
   size_t b = 0;

@@ -2,6 +2,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "kernels/attention_batch.h"
@@ -10,11 +11,28 @@
 
 namespace kvlm {
 
-// Keys and values of every past position, per layer. The forward pass computes K/V for new
-// positions, attends over cached positions plus the new ones, then stores the new ones.
+// What a scheduler (the engine) and the ledger read of one sequence's cache, whatever its layout.
+struct KvSeqStats {
+  int tokens = 0;            // positions held (cache indices: after sink eviction, fewer than consumed)
+  long evicted = 0;          // tokens dropped by attention sinks so far
+  int blocks = 0;            // pool blocks referenced (0 for a cache that owns its memory)
+  int freed_blocks = 0;      // blocks given back for having left a sliding window
+  int residual_tokens = 0;   // newest positions also held at f32 (quantized pages)
+  size_t residual_bytes = 0;
+  size_t bytes = 0;          // everything it holds: its blocks in full (shared ones too), or its buffers
+};
+
+// Keys and values of every past position, per layer: the one interface the forward pass, the
+// engine and the ledger use (llama.cpp's llama_memory_i is the model). The forward pass computes
+// K/V for new positions, attends over cached positions plus the new ones, then stores the new
+// ones. The scheduler's half says what the next step costs, shares and frees.
+// Implementations: ContiguousKvCache (a buffer per sequence, rings for windowed layers),
+// PagedKvCache (blocks of a shared BlockPool, optionally with attention sinks), SinkKvCache.
 class KvCache {
  public:
   virtual ~KvCache() = default;
+
+  // --- The forward pass's half ---
   // Number of positions whose K/V are stored (the next position to compute).
   virtual int length() const = 0;
   // Largest position count this cache can hold for global layers.
@@ -31,6 +49,30 @@ class KvCache {
   virtual void set_length(int n) = 0;
   // Bytes the cache has allocated for K and V.
   virtual size_t bytes_allocated() const = 0;
+
+  // --- The scheduler's half (the KV manager) ---
+  // Tokens fed so far: length() plus those attention sinks evicted. The next token to feed is
+  // tokens[consumed()].
+  virtual long consumed() const { return length(); }
+  // Net pool blocks the next prepare(length(), n) takes (0 for a cache that owns its memory).
+  virtual int blocks_needed(int n) const { (void)n; return 0; }
+  // Blocks it may take later beyond what it holds now, reserved at admission: a bounded stream
+  // (attention sinks) knows its whole footprint; 0 when growth is planned step by step.
+  virtual int blocks_to_reserve() const { return 0; }
+  // Gives back storage no later query reads (blocks behind a sliding window).
+  virtual void release_unreachable() {}
+  // A new cache with the same contents: blocks are shared copy-on-write where the layout can.
+  virtual std::unique_ptr<KvCache> fork() const = 0;
+  // On an empty cache: reuses cached storage for the longest prefix of `tokens` (leaving at
+  // least one token to compute). Returns the tokens reused; 0 where the layout has no prefix cache.
+  virtual int adopt_prefix(const std::vector<int>& tokens) { (void)tokens; return 0; }
+  // Makes the full blocks `tokens` (the sequence so far) has filled findable by adopt_prefix.
+  virtual void publish(const std::vector<int>& tokens) { (void)tokens; }
+  // Drops every position and gives all storage back; the cache is empty afterwards.
+  virtual void clear() = 0;
+  virtual KvSeqStats stats() const = 0;
+  // Pool block ids it references, in position order (-1: a block given back), for the ledger.
+  virtual const std::vector<int>& blocks() const;
 };
 
 // One contiguous buffer per layer, grown geometrically as positions arrive (up to max_len).
@@ -52,6 +94,9 @@ class ContiguousKvCache : public KvCache {
   KvDtype dtype() const { return codec_.dtype; }
   void set_length(int n) override;
   size_t bytes_allocated() const override;
+  std::unique_ptr<KvCache> fork() const override { return std::make_unique<ContiguousKvCache>(*this); }
+  void clear() override;
+  KvSeqStats stats() const override;
   // Bytes this cache would hold once it stores `positions` positions (nothing is allocated).
   size_t bytes_for(int positions) const;
   // Slots reserved for one layer (max_len, or its window).

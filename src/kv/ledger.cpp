@@ -5,7 +5,7 @@
 
 namespace kvlm {
 
-KvLedger compute_ledger(const BlockPool& pool, const std::vector<std::pair<int, const PagedKvCache*>>& seqs) {
+KvLedger compute_ledger(const BlockPool& pool, const std::vector<std::pair<int, const KvCache*>>& seqs) {
   KvLedger L;
   L.block_size = pool.block_size();
   L.num_blocks = pool.num_blocks();
@@ -15,15 +15,17 @@ KvLedger compute_ledger(const BlockPool& pool, const std::vector<std::pair<int, 
   L.capacity_bytes = L.bytes_per_block * L.num_blocks;
   std::vector<int> filled(L.num_blocks, 0);  // most slots any sequence fills in each block
   for (auto& [id, cache] : seqs) {
-    KvLedger::Seq s{id, cache->length(), cache->live_blocks(), 0, 0};
-    s.freed_blocks = cache->freed_blocks();
-    s.residual_tokens = std::min(cache->residual(), cache->length());
-    s.residual_bytes = cache->residual_bytes();
+    const KvSeqStats st = cache->stats();
+    KvLedger::Seq s{id, st.tokens, st.blocks, 0, 0};
+    s.freed_blocks = st.freed_blocks;
+    s.residual_tokens = st.residual_tokens;
+    s.residual_bytes = st.residual_bytes;
+    s.evicted_tokens = st.evicted;
     L.residual_bytes += s.residual_bytes;
-    const auto& table = cache->block_table();
+    const std::vector<int>& table = cache->blocks();
     for (size_t i = 0; i < table.size(); ++i) {
-      if (table[i] == PagedKvCache::kFreed) continue;
-      int in_block = std::min<int>(L.block_size, std::max<int>(0, cache->length() - static_cast<int>(i) * L.block_size));
+      if (table[i] < 0) continue;  // given back by the sliding window
+      int in_block = std::min<int>(L.block_size, std::max<int>(0, st.tokens - static_cast<int>(i) * L.block_size));
       filled[table[i]] = std::max(filled[table[i]], in_block);
       s.shared_blocks += pool.ref(table[i]) > 1;
     }
@@ -75,6 +77,10 @@ std::string KvLedger::to_text() const {
       std::snprintf(buf, sizeof buf, " + %d newest tokens at f32 %.3f MB", q.residual_tokens, mb(q.residual_bytes));
       s += buf;
     }
+    if (q.evicted_tokens) {
+      std::snprintf(buf, sizeof buf, "  (%ld tokens evicted between the sinks and the window)", q.evicted_tokens);
+      s += buf;
+    }
     s += "\n";
   }
   return s;
@@ -85,7 +91,7 @@ nlohmann::json KvLedger::to_json() const {
   for (const Seq& q : seqs)
     seq.push_back({{"id", q.id}, {"tokens", q.tokens}, {"blocks", q.blocks}, {"shared_blocks", q.shared_blocks},
                    {"bytes", q.bytes}, {"freed_blocks", q.freed_blocks}, {"residual_tokens", q.residual_tokens},
-                   {"residual_bytes", q.residual_bytes}});
+                   {"residual_bytes", q.residual_bytes}, {"evicted_tokens", q.evicted_tokens}});
   return {{"block_size", block_size},     {"num_blocks", num_blocks},     {"bytes_per_block", bytes_per_block},
           {"page_dtype", page_dtype},     {"residual_bytes", residual_bytes},
           {"capacity_bytes", capacity_bytes}, {"private_bytes", private_bytes}, {"shared_bytes", shared_bytes},

@@ -5,7 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/paged_cache.h"
+#include "kv/block_pool.h"
+#include "kv/kv_cache.h"
 
 namespace kvlm {
 
@@ -25,6 +26,7 @@ struct KvLedger {
     int freed_blocks = 0;       // blocks given back for having left the sliding window
     int residual_tokens = 0;    // newest positions also held at f32 (quantized pages)
     size_t residual_bytes = 0;
+    long evicted_tokens = 0;    // dropped by attention sinks
   };
   std::vector<Seq> seqs;
   size_t slots_in_use = 0, slots_filled = 0;  // token slots of referenced blocks, and those holding a token
@@ -34,6 +36,7 @@ struct KvLedger {
   nlohmann::json to_json() const;
 };
 
-KvLedger compute_ledger(const BlockPool& pool, const std::vector<std::pair<int, const PagedKvCache*>>& seqs);
+// Sequences are read through the KV-manager interface: any layout whose blocks come from `pool`.
+KvLedger compute_ledger(const BlockPool& pool, const std::vector<std::pair<int, const KvCache*>>& seqs);
 
 }  // namespace kvlm

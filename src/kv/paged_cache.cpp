@@ -7,12 +7,27 @@
 
 namespace kvlm {
 
-PagedKvCache::PagedKvCache(BlockPool& pool, int max_len, std::string salt, int residual)
-    : pool_(pool), max_len_(max_len), salt_(std::move(salt)) {
-  if (max_len <= 0) fail("KV cache length must be positive, got ", max_len);
-  if (residual < 0) fail("KV residual window must be >= 0, got ", residual);
-  if (pool.dtype() != KvDtype::F32 && residual > 0) {
-    residual_ = std::min(residual, max_len);
+PagedKvCache::PagedKvCache(BlockPool& pool, PagedKvOptions opt)
+    : pool_(pool), max_len_(opt.max_len), salt_(std::move(opt.salt)) {
+  if (opt.residual < 0) fail("KV residual window must be >= 0, got ", opt.residual);
+  if (opt.window > 0) {
+    if (opt.sinks < 0) fail("attention sinks need sink tokens >= 0, got ", opt.sinks);
+    if (!opt.rope || opt.rope->kind == RopeKind::None)
+      fail("attention sinks need a RoPE model: moved keys are re-rotated to their new index");
+    // A quantized page would be decoded, rotated and encoded again at every eviction: rounding
+    // error that piles up, unlike the f32 rows the contiguous sink cache moves.
+    if (pool.dtype() != KvDtype::F32) fail("attention sinks need f32 KV pages, not ", kv_dtype_name(pool.dtype()));
+    const int64_t slots = static_cast<int64_t>(opt.sinks) + opt.window;
+    if (opt.max_len > 0 && slots > opt.max_len)
+      fail("sink tokens + window (", slots, ") exceed the context of ", opt.max_len, " tokens");
+    max_len_ = static_cast<int>(slots);
+    sinks_ = opt.sinks;
+    window_ = opt.window;
+    rope_ = opt.rope;
+  }
+  if (max_len_ <= 0) fail("KV cache length must be positive, got ", max_len_);
+  if (pool.dtype() != KvDtype::F32 && opt.residual > 0) {
+    residual_ = std::min(opt.residual, max_len_);
     const size_t n = static_cast<size_t>(residual_) * pool.kv_dim();
     ring_k_.assign(pool.n_layers(), std::vector<float>(n));
     ring_v_.assign(pool.n_layers(), std::vector<float>(n));
@@ -28,11 +43,13 @@ void PagedKvCache::release_all() {
   table_.clear();
   hashes_.clear();
   length_ = hot_from_ = 0;
+  evicted_ = 0;
 }
 
 int PagedKvCache::dead_before(int pos) const {
   const int w = pool_.window();
-  if (w <= 0) return 0;
+  // With sinks, positions are cache indices and rows move down into earlier blocks: none is dead.
+  if (w <= 0 || sinks_on()) return 0;
   // The query at `pos` reads positions >= pos - w + 1; later queries read no earlier ones.
   return std::max(0, pos - w + 1) / pool_.block_size();
 }
@@ -56,35 +73,90 @@ size_t PagedKvCache::residual_bytes() const {
   return 2ull * ring_k_.size() * residual_ * pool_.kv_dim() * sizeof(float);
 }
 
+int PagedKvCache::blocks_needed(int n) const { return blocks_needed(length_, n); }
+
 int PagedKvCache::blocks_needed(int pos, int n) const {
   const int bs = pool_.block_size();
   if (n <= 0) return 0;
-  int last_block = (pos + n - 1) / bs;
+  const int e = pos == length_ ? evicting(n) : 0;
+  const int end = pos - e + n;  // positions held once this step has stored
+  const int last_block = (end - 1) / bs;
+  // Blocks written: those the chunk lands in, and with an eviction every block past the sinks.
+  const int first_written = e > 0 ? sinks_ / bs : (pos - e) / bs;
   int need = std::max(0, last_block + 1 - static_cast<int>(table_.size()));
-  for (int b = pos / bs; b <= last_block && b < static_cast<int>(table_.size()); ++b)
+  for (int b = first_written; b <= last_block && b < static_cast<int>(table_.size()); ++b)
     need += table_[b] != kFreed && pool_.ref(table_[b]) > 1;
   const int dead = std::min(dead_before(pos), static_cast<int>(table_.size()));
   for (int b = 0; b < dead; ++b) need -= table_[b] != kFreed && pool_.ref(table_[b]) == 1;
   return std::max(0, need);
 }
 
-void PagedKvCache::prepare(int pos, int n) {
-  if (pos < 0 || n < 0 || pos + n > max_len_) fail("KV cache overflow: position ", pos + n, " > capacity ", max_len_);
-  if (n == 0) return;
-  if (blocks_needed(pos, n) > pool_.num_free())
-    fail("KV pool exhausted: need ", blocks_needed(pos, n), " blocks, ", pool_.num_free(), " free");
+int PagedKvCache::blocks_to_reserve() const {
+  if (!sinks_on()) return 0;
+  // The whole footprint, less the blocks it holds alone (shared ones are copied when written).
   const int bs = pool_.block_size();
-  release_before(pos);
-  const int last_block = (pos + n - 1) / bs;
-  for (int b = pos / bs; b <= last_block && b < static_cast<int>(table_.size()); ++b) {
+  int own = 0;
+  for (int b : table_) own += b != kFreed && pool_.ref(b) == 1;
+  return std::max(0, (max_len_ + bs - 1) / bs - own);
+}
+
+void PagedKvCache::make_writable(int first, int last, bool unpublish) {
+  for (int b = first; b <= last && b < static_cast<int>(table_.size()); ++b) {
     KVLM_CHECK(table_[b] != kFreed, "writing into a block freed by the sliding window");
     if (pool_.ref(table_[b]) > 1) {  // copy-on-write
       int fresh = pool_.allocate();
       pool_.copy_block(fresh, table_[b]);
       pool_.release(table_[b]);
       table_[b] = fresh;
+    } else if (unpublish) {  // ours alone, but findable as a prefix: it must stop being one
+      pool_.unpublish(table_[b]);
     }
   }
+}
+
+void PagedKvCache::evict(int e) {
+  const int bs = pool_.block_size(), dim = pool_.kv_dim();
+  const int keep = length_ - sinks_ - e;  // rows [sinks + e, length) move to [sinks, sinks + keep)
+  make_writable(sinks_ / bs, static_cast<int>(table_.size()) - 1, true);
+  if (hashes_.size() > static_cast<size_t>(sinks_ / bs)) hashes_.resize(sinks_ / bs);
+  auto row = [&](float* base_of_block0, int p) { return base_of_block0 + (static_cast<size_t>(table_[p / bs]) * bs + p % bs) * dim; };
+  for (int l = 0; l < pool_.n_layers(); ++l) {
+    float* k0 = pool_.k(l, 0);
+    float* v0 = pool_.v(l, 0);
+    for (int r = 0; r < keep; ++r) {  // ascending: a source row is read before any later write reaches it
+      const int from = sinks_ + e + r, to = sinks_ + r;
+      std::memcpy(row(k0, to), row(k0, from), dim * sizeof(float));
+      std::memcpy(row(v0, to), row(v0, from), dim * sizeof(float));
+      rope_->rotate_heads(row(k0, to), dim / rope_->head_dim, -e);
+    }
+  }
+  length_ -= e;
+  evicted_ += e;
+  const size_t blocks = static_cast<size_t>((length_ + bs - 1) / bs);
+  while (table_.size() > blocks) {
+    pool_.release(table_.back());
+    table_.pop_back();
+  }
+}
+
+void PagedKvCache::prepare(int pos, int n) {
+  if (sinks_on()) {
+    KVLM_CHECK(pos == length_, "a sink stream's writes must append");
+    if (n > window_) fail("a chunk of ", n, " tokens does not fit the window of ", window_);
+  } else if (pos < 0 || n < 0 || pos + n > max_len_) {
+    fail("KV cache overflow: position ", pos + n, " > capacity ", max_len_);
+  }
+  if (n == 0) return;
+  if (blocks_needed(pos, n) > pool_.num_free())
+    fail("KV pool exhausted: need ", blocks_needed(pos, n), " blocks, ", pool_.num_free(), " free");
+  const int bs = pool_.block_size();
+  if (int e = evicting(n); e > 0) {
+    evict(e);
+    pos = length_;
+  }
+  release_before(pos);
+  const int last_block = (pos + n - 1) / bs;
+  make_writable(pos / bs, last_block, false);
   while (static_cast<int>(table_.size()) <= last_block) table_.push_back(pool_.allocate());
 }
 
@@ -156,17 +228,32 @@ void PagedKvCache::set_length(int n) {
   length_ = n;
 }
 
-std::unique_ptr<PagedKvCache> PagedKvCache::fork() const {
-  auto child = std::make_unique<PagedKvCache>(pool_, max_len_, salt_, residual_);
+std::unique_ptr<KvCache> PagedKvCache::fork() const {
+  PagedKvOptions o{max_len_, salt_, residual_, sinks_, window_, rope_};
+  if (sinks_on()) o.max_len = 0;  // the stream's slots come from sinks + window again
+  auto child = std::make_unique<PagedKvCache>(pool_, o);
   for (int b : table_)
     if (b != kFreed) pool_.retain(b);
   child->table_ = table_;
   child->hashes_ = hashes_;
   child->length_ = length_;
+  child->evicted_ = evicted_;
   child->hot_from_ = hot_from_;
   child->ring_k_ = ring_k_;
   child->ring_v_ = ring_v_;
   return child;
+}
+
+KvSeqStats PagedKvCache::stats() const {
+  KvSeqStats s;
+  s.tokens = length_;
+  s.evicted = evicted_;
+  s.blocks = live_blocks();
+  s.freed_blocks = freed_blocks();
+  s.residual_tokens = std::min(residual_, length_);
+  s.residual_bytes = residual_bytes();
+  s.bytes = s.blocks * pool_.bytes_per_block() + s.residual_bytes;
+  return s;
 }
 
 int PagedKvCache::adopt_prefix(const std::vector<int>& tokens) {
@@ -191,7 +278,8 @@ int PagedKvCache::adopt_prefix(const std::vector<int>& tokens) {
   return length_;
 }
 
-void PagedKvCache::publish_full_blocks(const std::vector<int>& tokens) {
+void PagedKvCache::publish(const std::vector<int>& tokens) {
+  if (evicted_ > 0) return;  // rows past the sinks have moved: blocks no longer match their tokens
   const int bs = pool_.block_size();
   const int full = std::min(length_, static_cast<int>(tokens.size())) / bs;
   for (int i = static_cast<int>(hashes_.size()); i < full; ++i) {

@@ -5,6 +5,10 @@
 // keeps its newest `residual` positions at f32 in a ring of its own, which attention reads
 // instead of the page rows (HF's quantized cache keeps 128 so). When every layer is windowed,
 // blocks wholly before the window are given back at once (their table entry becomes kFreed).
+// With attention sinks (StreamingLLM, as SinkKvCache does in a buffer of its own), the sequence
+// keeps its first `sinks` positions and the last `window`: rows past the sinks move down through
+// the block table when the middle is dropped, each key re-rotated to its new index, and blocks
+// past the new end go back to the pool. Its footprint is bounded, so the engine reserves it.
 #pragma once
 #include <memory>
 #include <string>
@@ -12,47 +16,67 @@
 
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
+#include "model/rope.h"
 
 namespace kvlm {
+
+struct PagedKvOptions {
+  int max_len = 0;         // positions it may hold (a sink stream: sinks + window)
+  std::string salt;        // tenant: prefixes are shared only between equal salts
+  int residual = 0;        // newest positions also kept at f32 (quantized pools)
+  int sinks = 0;           // with window > 0: attention sinks, keep the first `sinks` tokens
+  int window = 0;          //   and the last `window`, drop the middle
+  const RopeTable* rope = nullptr;  // re-rotates moved keys (sinks only)
+};
 
 class PagedKvCache : public KvCache {
  public:
   static constexpr int kFreed = -1;  // a table entry whose block left the sliding window
 
-  PagedKvCache(BlockPool& pool, int max_len, std::string salt = "", int residual = 0);
+  PagedKvCache(BlockPool& pool, PagedKvOptions opt);
+  PagedKvCache(BlockPool& pool, int max_len, std::string salt = "", int residual = 0)
+      : PagedKvCache(pool, PagedKvOptions{max_len, std::move(salt), residual}) {}
   ~PagedKvCache() override;
   PagedKvCache(const PagedKvCache&) = delete;
   PagedKvCache& operator=(const PagedKvCache&) = delete;
 
   int length() const override { return length_; }
-  int capacity() const override { return max_len_; }
+  int capacity() const override { return sinks_on() ? (1 << 30) : max_len_; }  // a stream: eviction bounds it
   void prepare(int pos, int n) override;
   void store(int layer, int pos, int n, const float* k, const float* v) override;
   KvLayerView view(int layer) const override;
   void set_length(int n) override;  // shrinking releases blocks past the new end
   size_t bytes_allocated() const override { return live_blocks() * pool_.bytes_per_block() + residual_bytes(); }
 
-  // Net blocks prepare(pos, n) takes from the pool: new blocks plus copies of shared ones,
+  // The KV manager's half (kv/kv_cache.h).
+  long consumed() const override { return length_ + evicted_; }
+  // Net blocks prepare(length(), n) takes from the pool: new blocks plus copies of shared ones,
   // less the private blocks it frees for having left the window (never below 0).
-  int blocks_needed(int pos, int n) const;
+  int blocks_needed(int n) const override;
+  int blocks_to_reserve() const override;
   // Gives back the blocks no query from `length()` on will read (prepare does it too). A
   // scheduler calls it before planning a step, so the blocks it frees are plainly free (and
   // adoptable as cached prefixes) while it counts what each sequence needs.
-  void release_window_blocks() { release_before(length_); }
+  void release_unreachable() override { release_before(length_); }
+  std::unique_ptr<KvCache> fork() const override;
+  // Reuses cached blocks for the longest prefix of `tokens` found in the pool, leaving at least
+  // one token to compute, outside the adopted blocks. Only on an empty cache.
+  int adopt_prefix(const std::vector<int>& tokens) override;
+  // Publishes the prefix hashes of blocks that `tokens` (the sequence so far) has filled
+  // (none once sinks have evicted: the rows past the sinks no longer sit at their positions).
+  void publish(const std::vector<int>& tokens) override;
+  // Gives every block back to the pool.
+  void clear() override { release_all(); }
+  KvSeqStats stats() const override;
+  const std::vector<int>& blocks() const override { return table_; }
+
+  int blocks_needed(int pos, int n) const;  // as above, for a prepare at any position
   int live_blocks() const;   // table entries still holding a block
   int freed_blocks() const;  // table entries given back for having left the window
   int residual() const { return residual_; }
   size_t residual_bytes() const;  // the f32 ring of newest positions (quantized pools)
-  // A new sequence sharing every block of this one (ref counts rise; nothing is copied).
-  std::unique_ptr<PagedKvCache> fork() const;
-  // Reuses cached blocks for the longest prefix of `tokens` found in the pool, leaving at least
-  // one token to compute, outside the adopted blocks. Only on an empty cache. Returns the
-  // number of tokens reused.
-  int adopt_prefix(const std::vector<int>& tokens);
-  // Publishes the prefix hashes of blocks that `tokens` (the sequence so far) has filled.
-  void publish_full_blocks(const std::vector<int>& tokens);
-  // Gives every block back to the pool; the cache is empty afterwards.
   void release_all();
+  long evicted() const { return evicted_; }
 
   const std::vector<int>& block_table() const { return table_; }
   BlockPool& pool() const { return pool_; }
@@ -60,9 +84,17 @@ class PagedKvCache : public KvCache {
  private:
   int dead_before(int pos) const;  // blocks [0, result) are outside every layer's window at pos
   void release_before(int pos);
+  bool sinks_on() const { return window_ > 0; }
+  int evicting(int n) const { return sinks_on() ? std::max(0, length_ + n - max_len_) : 0; }  // sink eviction before n more
+  // Makes table entries [first, last] writable: shared blocks are copied, published ones unpublished.
+  void make_writable(int first, int last, bool unpublish);
+  void evict(int e);  // sinks: drops the e positions after the sinks, moving the rest down
 
   BlockPool& pool_;
   int max_len_, length_ = 0;
+  int sinks_ = 0, window_ = 0;
+  long evicted_ = 0;
+  const RopeTable* rope_ = nullptr;
   int residual_ = 0, hot_from_ = 0;  // the ring holds positions >= hot_from_ it computed itself
   std::vector<std::vector<float>> ring_k_, ring_v_;  // [n_layers][residual][kv_dim]
   std::string salt_;

@@ -32,6 +32,17 @@ class SinkKvCache : public KvCache {
   void set_length(int n) override;
   size_t bytes_allocated() const override { return 2ull * k_.size() * slots_ * kv_dim_ * sizeof(float); }
 
+  long consumed() const override { return length_ + evicted_; }
+  std::unique_ptr<KvCache> fork() const override { return std::make_unique<SinkKvCache>(*this); }
+  void clear() override { length_ = 0, evicted_ = 0; }  // its buffers are its fixed footprint
+  KvSeqStats stats() const override {
+    KvSeqStats s;
+    s.tokens = length_;
+    s.evicted = evicted_;
+    s.bytes = bytes_allocated();
+    return s;
+  }
+
   int slots() const { return slots_; }      // sinks + window: the most positions ever held
   long evicted() const { return evicted_; }  // tokens dropped so far
 
