@@ -51,8 +51,9 @@ TEST(PagedSinks, LogitsEqualTheContiguousSinkCache) {
     for (int chunk : {1, 3}) {
       const int sinks = 2, window = 9;
       SinkKvCache want_kv(m->cfg, m->rope, sinks, window);
-      BlockPool pool(m->cfg, bs, 64);
-      PagedKvCache got_kv(pool, sink_options(*m, sinks, window));
+      KvPages pages(m->cfg, bs, 64);
+      BlockPool pool(pages);
+      PagedKvCache got_kv(pages, pool, sink_options(*m, sinks, window));
       auto want = feed(*m, want_kv, ids, chunk), got = feed(*m, got_kv, ids, chunk);
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_EQ(test::max_abs_diff(got[i], want[i]), 0.0f) << "block size " << bs << " chunk " << chunk << " step " << i;
@@ -72,8 +73,9 @@ TEST(PagedSinks, LogitsEqualTheContiguousSinkCache) {
 TEST(PagedSinks, ForksAndAdoptedPrefixesAreNeverRewrittenUnderAnother) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");
   const int sinks = 4, window = 16, bs = 4;
-  BlockPool pool(m->cfg, bs, 64);
-  PagedKvCache a(pool, sink_options(*m, sinks, window));
+  KvPages pages(m->cfg, bs, 64);
+  BlockPool pool(pages);
+  PagedKvCache a(pages, pool, sink_options(*m, sinks, window));
   SinkKvCache a_ref(m->cfg, m->rope, sinks, window);
   const std::vector<int> head = tokens(14, 2);  // under sinks + window: nothing evicted yet
   feed(*m, a, head, 14);
@@ -81,7 +83,7 @@ TEST(PagedSinks, ForksAndAdoptedPrefixesAreNeverRewrittenUnderAnother) {
   a.publish(head);
   ASSERT_GT(pool.num_cached(), 0);
   // B adopts A's published prefix blocks.
-  PagedKvCache b(pool, sink_options(*m, sinks, window));
+  PagedKvCache b(pages, pool, sink_options(*m, sinks, window));
   std::vector<int> b_ids = head;
   b_ids.push_back(7);
   const int adopted = b.adopt_prefix(b_ids);
@@ -107,7 +109,7 @@ TEST(PagedSinks, ForksAndAdoptedPrefixesAreNeverRewrittenUnderAnother) {
   pool.check_invariants();
   // The last holder of the published blocks rewrote them in place: they must have stopped being
   // findable first. A newcomer with B's prompt adopts only what still holds that prefix.
-  PagedKvCache c(pool, sink_options(*m, sinks, window));
+  PagedKvCache c(pages, pool, sink_options(*m, sinks, window));
   const int c_adopted = c.adopt_prefix(b_ids);
   std::vector<int> c_rest(b_ids.begin() + c_adopted, b_ids.end());
   SinkKvCache c_ref(m->cfg, m->rope, sinks, window);
@@ -123,13 +125,14 @@ TEST(PagedSinks, ForksAndAdoptedPrefixesAreNeverRewrittenUnderAnother) {
 // empties it and gives its storage back, and stats() says what it holds.
 TEST(KvManager, EveryLayoutForksClearsAndReports) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");
-  BlockPool pool(m->cfg, 4, 64);
+  KvPages pages(m->cfg, 4, 64);
+  BlockPool pool(pages);
   std::vector<std::unique_ptr<KvCache>> caches;
   caches.push_back(std::make_unique<ContiguousKvCache>(m->cfg, 64));
   caches.push_back(std::make_unique<ContiguousKvCache>(m->cfg, 64, KvDtype::INT8, 4));
   caches.push_back(std::make_unique<SinkKvCache>(m->cfg, m->rope, 2, 10));
-  caches.push_back(std::make_unique<PagedKvCache>(pool, 64));
-  caches.push_back(std::make_unique<PagedKvCache>(pool, sink_options(*m, 2, 10)));
+  caches.push_back(std::make_unique<PagedKvCache>(pages, pool, 64));
+  caches.push_back(std::make_unique<PagedKvCache>(pages, pool, sink_options(*m, 2, 10)));
   const std::vector<int> ids = tokens(20, 6), next = tokens(5, 7);
   for (auto& kv : caches) {
     const auto first = feed(*m, *kv, ids, 5);  // chunks within the sink cache's window
@@ -193,11 +196,13 @@ TEST(PagedSinks, EngineStreamsMatchTheGeneratorInAnExactlySizedPool) {
 
 TEST(PagedSinks, RefusesWhatItCannotDo) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");
-  BlockPool int8_pool(m->cfg, 4, 16, KvDtype::INT8);
-  EXPECT_THROW(PagedKvCache bad(int8_pool, sink_options(*m, 2, 8)), KvlmError);  // re-rotating would re-encode
+  KvPages int8_pages(m->cfg, 4, 16, KvDtype::INT8);
+  BlockPool int8_pool(int8_pages);
+  EXPECT_THROW(PagedKvCache bad(int8_pages, int8_pool, sink_options(*m, 2, 8)), KvlmError);  // re-rotating would re-encode
   auto gpt2 = load_model(test::fixtures_dir() + "/gpt2_tiny");
-  BlockPool pool(gpt2->cfg, 4, 16);
-  EXPECT_THROW(PagedKvCache bad(pool, sink_options(*gpt2, 2, 8)), KvlmError);  // no RoPE to re-rotate with
+  KvPages pages(gpt2->cfg, 4, 16);
+  BlockPool pool(pages);
+  EXPECT_THROW(PagedKvCache bad(pages, pool, sink_options(*gpt2, 2, 8)), KvlmError);  // no RoPE to re-rotate with
   EngineOptions eo;
   eo.window = 8;
   eo.num_blocks = 2;  // a stream of 4 sinks + a window of 8 needs 3 blocks of 4

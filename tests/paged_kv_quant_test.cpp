@@ -44,8 +44,9 @@ void expect_pages_equal_contiguous(const Model& m, const std::vector<int>& ids, 
       ContiguousKvCache contiguous(m.cfg, n, t, residual);
       std::vector<float> want = stepwise_logits(m, contiguous, ids);
       for (int bs : {3, 16}) {
-        BlockPool pool(m.cfg, bs, n / bs + 4, t);
-        PagedKvCache paged(pool, n, "", residual);
+        KvPages pages(m.cfg, bs, n / bs + 4, t);
+        BlockPool pool(pages);
+        PagedKvCache paged(pages, pool, n, "", residual);
         std::vector<float> got = stepwise_logits(m, paged, ids);
         EXPECT_EQ(test::max_abs_diff(got, want), 0.0f)
             << what << " " << kv_dtype_name(t) << " residual " << residual << " block size " << bs;
@@ -68,22 +69,23 @@ TEST(QuantizedPages, EqualTheContiguousQuantizedCacheOnStories260K) {
   expect_pages_equal_contiguous(*m, ids, "stories260K");
   // And int8 pages against llama2.c's f32 logits: the tolerance the contiguous cache states.
   std::vector<float> golden = test::read_f32(test::shared_path("golden/stories260K/logits_long_prompt_mia.f32"));
-  BlockPool pool(m->cfg, 16, 64, KvDtype::INT8);
-  PagedKvCache paged(pool, static_cast<int>(ids.size()), "", 0);
+  KvPages pages(m->cfg, 16, 64, KvDtype::INT8);
+  BlockPool pool(pages);
+  PagedKvCache paged(pages, pool, static_cast<int>(ids.size()), "", 0);
   EXPECT_LE(test::max_abs_diff(stepwise_logits(*m, paged, ids), golden), 1.0f);
 }
 
 TEST(QuantizedPages, PageBytesShrinkByTheCodecRatio) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");
   const ModelConfig& c = m->cfg;  // kv_dim 32, head_dim 16
-  const size_t f32 = BlockPool(c, 16, 4).bytes_per_block();
+  const size_t f32 = KvPages::block_bytes(c, 16, KvDtype::F32);
   EXPECT_EQ(f32, 2ull * c.n_layers * 16 * c.kv_dim() * 4);
-  EXPECT_EQ(BlockPool(c, 16, 4, KvDtype::BF16).bytes_per_block(), f32 / 2);
+  EXPECT_EQ(KvPages::block_bytes(c, 16, KvDtype::BF16), f32 / 2);
   // int8: one byte per value plus an f32 scale per head per token.
-  EXPECT_EQ(BlockPool(c, 16, 4, KvDtype::INT8).bytes_per_block(),
+  EXPECT_EQ(KvPages::block_bytes(c, 16, KvDtype::INT8),
             2ull * c.n_layers * 16 * (c.kv_dim() + 4 * c.n_kv_heads));
   // int4: half a byte per value plus an f32 scale and zero point per group of 32.
-  EXPECT_EQ(BlockPool(c, 16, 4, KvDtype::INT4).bytes_per_block(),
+  EXPECT_EQ(KvPages::block_bytes(c, 16, KvDtype::INT4),
             2ull * c.n_layers * 16 * (c.kv_dim() / 2 + 8 * (c.kv_dim() / 32)));
 }
 
@@ -146,9 +148,10 @@ TEST(SlidingWindowPages, MistralFreesBlocksAtOnceAndMatchesHf) {
   std::vector<int> ids = fixture_ids(dir);
   std::vector<float> hf = test::read_f32(dir + "/logits.f32");
   for (KvDtype t : {KvDtype::F32, KvDtype::INT8}) {
-    BlockPool pool(m->cfg, 4, 32, t);
-    ASSERT_EQ(pool.window(), 8);
-    PagedKvCache paged(pool, static_cast<int>(ids.size()), "", 4);
+    KvPages pages(m->cfg, 4, 32, t);
+    BlockPool pool(pages);
+    ASSERT_EQ(pages.window(), 8);
+    PagedKvCache paged(pages, pool, static_cast<int>(ids.size()), "", 4);
     int most_live = 0;
     std::vector<float> got = stepwise_logits(*m, paged, ids, [&](int step) {
       // 8 positions span at most 3 blocks of 4; nothing else is held.
@@ -187,10 +190,11 @@ TEST(SlidingWindowPages, GenerationFarPastTheWindowRunsInAFixedPool) {
 
 TEST(SlidingWindowPages, ModelsWithGlobalLayersKeepEveryBlock) {
   auto m = load_model(test::fixtures_dir() + "/gptneo_tiny");  // local and global layers alternate
-  BlockPool pool(m->cfg, 4, 32);
-  EXPECT_EQ(pool.window(), 0);
+  KvPages pages(m->cfg, 4, 32);
+  BlockPool pool(pages);
+  EXPECT_EQ(pages.window(), 0);
   std::vector<int> ids = fixture_ids(test::fixtures_dir() + "/gptneo_tiny");
-  PagedKvCache paged(pool, static_cast<int>(ids.size()));
+  PagedKvCache paged(pages, pool, static_cast<int>(ids.size()));
   stepwise_logits(*m, paged, ids);
   EXPECT_EQ(paged.freed_blocks(), 0);
   EXPECT_EQ(paged.live_blocks(), static_cast<int>(ids.size()) / 4);

@@ -44,9 +44,10 @@ void expect_paged_equals_contiguous(const Model& m, const std::vector<int>& ids,
   std::vector<float> want = logits_through(m, contiguous, ids, true);
   for (int bs : {1, 3, 16}) {
     for (bool stepwise : {true, false}) {
-      BlockPool pool(m.cfg, bs, static_cast<int>(ids.size()) / bs + 4);
+      KvPages pages(m.cfg, bs, static_cast<int>(ids.size()) / bs + 4);
+      BlockPool pool(pages);
       scatter(pool, 7 + bs);
-      PagedKvCache paged(pool, static_cast<int>(ids.size()));
+      PagedKvCache paged(pages, pool, static_cast<int>(ids.size()));
       std::vector<float> got = logits_through(m, paged, ids, stepwise);
       // Attention spans sit at fixed logical positions, whatever the layout: bit-identical.
       EXPECT_EQ(test::max_abs_diff(got, want), 0.0f) << what << " block size " << bs << (stepwise ? " decode" : " prefill");

@@ -51,7 +51,7 @@ int run_batch(const BatchArgs& a) {
   }
   eo.num_blocks = a.kv_blocks > 0 ? a.kv_blocks : static_cast<int>(std::min<size_t>(need, 1 << 24));
   if (!a.kv_capacity.empty())
-    eo.num_blocks = parse_kv_capacity(a.kv_capacity, BlockPool::block_bytes(model->cfg, a.block_size, eo.kv_dtype), a.block_size);
+    eo.num_blocks = parse_kv_capacity(a.kv_capacity, KvPages::block_bytes(model->cfg, a.block_size, eo.kv_dtype), a.block_size);
   Engine e(*model, eo);
   std::vector<int> ids;
   auto t0 = std::chrono::steady_clock::now();

@@ -83,7 +83,7 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
   eo.sink_tokens = a.sink_tokens;
   eo.window = a.window;
   if (!a.kv_capacity.empty())
-    eo.num_blocks = parse_kv_capacity(a.kv_capacity, BlockPool::block_bytes(m.cfg, a.block_size, opt.kv_dtype), a.block_size);
+    eo.num_blocks = parse_kv_capacity(a.kv_capacity, KvPages::block_bytes(m.cfg, a.block_size, opt.kv_dtype), a.block_size);
   Engine e(m, eo);
   int root = e.add({prompt, a.max_new_tokens, opt.sampling, opt.stop_at_eos, ""});
   std::vector<int> ids = {root};

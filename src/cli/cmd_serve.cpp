@@ -100,7 +100,7 @@ int run_serve(const ServeArgs& a) {
       eo.max_seqs = a.max_seqs;
       eo.max_batch_tokens = a.max_batch_tokens;
       eo.prefix_cache = !a.no_prefix_cache;
-      const size_t block_bytes = BlockPool::block_bytes(model->cfg, a.block_size, kv_dtype);
+      const size_t block_bytes = KvPages::block_bytes(model->cfg, a.block_size, kv_dtype);
       if (a.kv_blocks > 0) {
         eo.num_blocks = a.kv_blocks;
       } else if (!a.kv_capacity.empty()) {

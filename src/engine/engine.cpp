@@ -21,7 +21,9 @@ Engine::Engine(const Model& m, EngineOptions opt) : model_(m), opt_(opt) {
   if (opt_.block_size < 1) fail("block size must be >= 1");
   if (opt_.num_blocks <= 0) opt_.num_blocks = (opt_.context + opt_.block_size - 1) / opt_.block_size;
   if (opt_.max_batch_tokens < 1) fail("max batch tokens must be >= 1");
-  pool_ = std::make_unique<BlockPool>(m.cfg, opt_.block_size, opt_.num_blocks, opt_.kv_dtype);
+  pages_ = std::make_unique<KvPages>(m.cfg, opt_.block_size, opt_.num_blocks, opt_.kv_dtype,
+                                     Context::or_this_thread(opt_.exec).device());
+  pool_ = std::make_unique<BlockPool>(*pages_);
   if (streams()) {
     make_cache("");  // refuses a model without RoPE, quantized pages, or sinks + window past the context
     const int footprint = (opt_.sink_tokens + opt_.window + opt_.block_size - 1) / opt_.block_size;
@@ -38,7 +40,7 @@ std::unique_ptr<KvCache> Engine::make_cache(const std::string& salt) const {
     o.window = opt_.window;
     o.rope = &model_.rope;
   }
-  return std::make_unique<PagedKvCache>(*pool_, std::move(o));
+  return std::make_unique<PagedKvCache>(*pages_, *pool_, std::move(o));
 }
 
 int Engine::reserved_by_running() const {
@@ -315,7 +317,7 @@ KvLedger Engine::ledger() const {
   std::vector<std::pair<int, const KvCache*>> caches;
   for (auto& [id, s] : seqs_)
     if (s->cache) caches.push_back({id, s->cache.get()});
-  return compute_ledger(*pool_, caches);
+  return compute_ledger(*pool_, *pages_, caches);
 }
 
 }  // namespace kvlm

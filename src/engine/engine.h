@@ -96,6 +96,7 @@ class Engine {
   KvLedger ledger() const;
   const EngineStats& stats() const { return stats_; }
   BlockPool& pool() { return *pool_; }
+  KvPages& pages() { return *pages_; }
   const EngineOptions& options() const { return opt_; }
 
  private:
@@ -115,7 +116,8 @@ class Engine {
 
   const Model& model_;
   EngineOptions opt_;
-  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<KvPages> pages_;  // the backend's storage of every block
+  std::unique_ptr<BlockPool> pool_;  // block ids, reference counts, the prefix index
   std::map<int, std::unique_ptr<Sequence>> seqs_;
   std::deque<int> waiting_;
   std::vector<int> running_;  // admission order

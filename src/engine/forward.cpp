@@ -25,8 +25,8 @@ void for_rows(ThreadPool& pool, int n, size_t values_per_row, F&& fn) {
     for (int t = 0; t < n; ++t) fn(t);
 }
 
-void norm_rows(ThreadPool& pool, const ModelConfig& c, const float* x, const std::vector<float>& w,
-               const std::vector<float>& b, float* out, int n) {
+void norm_rows(ThreadPool& pool, const ModelConfig& c, const float* x, const Buffer<float>& w,
+               const Buffer<float>& b, float* out, int n) {
   for_rows(pool, n, c.dim, [&](int t) {
     const float* xr = x + static_cast<size_t>(t) * c.dim;
     float* o = out + static_cast<size_t>(t) * c.dim;

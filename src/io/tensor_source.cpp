@@ -81,7 +81,7 @@ std::vector<std::string> TensorSource::unused() const {
   return out;
 }
 
-std::vector<float> TensorSource::read_f32(const std::string& name,
+Buffer<float> TensorSource::read_f32(const std::string& name,
                                           const std::vector<int64_t>& expect) const {
   const TensorInfo& t = get(name);
   if (t.shape != expect)
@@ -89,8 +89,8 @@ std::vector<float> TensorSource::read_f32(const std::string& name,
   return to_f32(t);
 }
 
-std::vector<float> to_f32(const TensorInfo& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
+Buffer<float> to_f32(const TensorInfo& t) {
+  Buffer<float> out(static_cast<size_t>(t.numel()));
   dequantize(t.dtype, t.data, out.data(), out.size());
   return out;
 }

@@ -3,11 +3,12 @@
 #pragma once
 #include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/mapped_file.h"
 
 namespace kvlm {
@@ -45,7 +46,7 @@ class TensorSource {
   const std::map<std::string, TensorInfo>& all() const { return tensors_; }
 
   // Copies the tensor to f32 after checking its shape equals `expect`.
-  std::vector<float> read_f32(const std::string& name, const std::vector<int64_t>& expect) const;
+  Buffer<float> read_f32(const std::string& name, const std::vector<int64_t>& expect) const;
 
  private:
   std::vector<std::shared_ptr<MappedFile>> files_;  // keeps mapped data alive
@@ -53,7 +54,7 @@ class TensorSource {
   mutable std::set<std::string> used_;
 };
 
-std::vector<float> to_f32(const TensorInfo& t);
+Buffer<float> to_f32(const TensorInfo& t);
 // Dequantizes n values (a multiple of the block size) of type t starting at src.
 void dequantize(DType t, const uint8_t* src, float* dst, size_t n);
 std::string shape_str(const std::vector<int64_t>& shape);

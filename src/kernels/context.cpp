@@ -11,7 +11,7 @@ Isa Context::isa() const { return capped_isa(isa_cap_); }
 
 float* Context::scratch(int slot, size_t n) {
   if (slot >= static_cast<int>(scratch_.size())) scratch_.resize(slot + 1);
-  std::vector<float>& v = scratch_[slot];
+  Buffer<float>& v = scratch_[slot];
   if (v.size() < n) v.resize(n);
   return v.data();
 }

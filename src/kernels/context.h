@@ -28,6 +28,9 @@ class Context {
   // The ISA this context's kernels use: its cap, within what the CPU and KVLM_ISA allow.
   Isa isa() const;
   Isa isa_cap() const { return isa_cap_; }
+  // Where this context's buffers live (scratch, and the KV pages an engine on it allocates).
+  // Only the host exists today; a device backend's context names its device.
+  Device device() const { return Device::Host; }
 
   // At least n floats for `slot`, kept between calls (grown, never shrunk). Contents undefined.
   float* scratch(int slot, size_t n);
@@ -44,7 +47,7 @@ class Context {
  private:
   std::unique_ptr<ThreadPool> owned_;
   Isa isa_cap_;
-  std::vector<std::vector<float>> scratch_;
+  std::vector<Buffer<float>> scratch_;  // activations, on the context's device
   QuantizedActs acts_;
 };
 

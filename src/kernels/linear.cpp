@@ -186,14 +186,14 @@ bool Linear::convert(WeightFormat f) {
   if (fmt == WeightFormat::BF16 || fmt == WeightFormat::F16) {  // widen exactly, then on
     w.resize(static_cast<size_t>(out) * in);
     for (size_t i = 0; i < w.size(); ++i) w[i] = fmt == WeightFormat::F16 ? f16_to_f32(w16[i]) : bf16_to_f32(w16[i]);
-    HugeVector<uint16_t>().swap(w16);
+    w16.clear();
     fmt = WeightFormat::F32;
     if (f == WeightFormat::F32) return true;
   }
   if (fmt != WeightFormat::F32) {  // back to the f32 values the blocks stand for, then on
     w.resize(static_cast<size_t>(out) * in);
     unpack_to_f32(fmt, packed.data(), out, in, w.data());
-    HugeVector<uint8_t>().swap(packed);
+    packed.clear();
     fmt = WeightFormat::F32;
     if (f == WeightFormat::F32) return true;
   }
@@ -206,7 +206,7 @@ bool Linear::convert(WeightFormat f) {
     packed = pack_quantized(f, w.data(), out, in);
   }
   fmt = f;
-  std::vector<float>().swap(w);
+  w.clear();
   return true;
 }
 

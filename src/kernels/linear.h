@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/huge_pages.h"
+#include "core/buffer.h"
 
 namespace kvlm {
 
@@ -20,10 +20,10 @@ WeightFormat parse_weight_format(const std::string& s);  // "f32", "f16", "bf16"
 struct Linear {
   int out = 0, in = 0;
   WeightFormat fmt = WeightFormat::F32;
-  std::vector<float> w;        // [out][in] (F32)
-  HugeVector<uint16_t> w16;    // [out][in] (BF16 or F16)
-  HugeVector<uint8_t> packed;  // ceil(out/8) groups of 8 interleaved rows (Q8_0, Q4_0)
-  std::vector<float> b;        // [out], or empty when the layer has no bias
+  Buffer<float> w;          // [out][in] (F32)
+  Buffer<uint16_t> w16;     // [out][in] (BF16 or F16)
+  Buffer<uint8_t> packed;   // ceil(out/8) groups of 8 interleaved rows (Q8_0, Q4_0)
+  Buffer<float> b;          // [out], or empty when the layer has no bias
 
   // Runs on ctx's pool, reusing its quantized-activation buffer; the short form on this
   // thread's default context.

@@ -50,10 +50,10 @@ void place_block(uint8_t* blk, int i, uint16_t scale, const uint8_t* quants, siz
 size_t quant_bytes(WeightFormat f) { return f == WeightFormat::Q4_0 ? 16 : 32; }
 }  // namespace
 
-HugeVector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in) {
+Buffer<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in) {
   const int nb = in / 32, groups = (out + kGroupRows - 1) / kGroupRows;
   const size_t bb = q_block_bytes(f), qb = quant_bytes(f);
-  HugeVector<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
+  Buffer<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
   std::vector<float> scales(nb);
   std::vector<uint8_t> quants(static_cast<size_t>(nb) * qb);
   for (int r = 0; r < out; ++r) {
@@ -69,10 +69,10 @@ HugeVector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int 
   return packed;
 }
 
-HugeVector<uint8_t> pack_gguf_blocks(WeightFormat f, const uint8_t* rows, int out, int in) {
+Buffer<uint8_t> pack_gguf_blocks(WeightFormat f, const uint8_t* rows, int out, int in) {
   const int nb = in / 32, groups = (out + kGroupRows - 1) / kGroupRows;
   const size_t bb = q_block_bytes(f), qb = quant_bytes(f), gguf_bytes = 2 + qb;
-  HugeVector<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
+  Buffer<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
   for (int r = 0; r < out; ++r)
     for (int b = 0; b < nb; ++b) {
       const uint8_t* src = rows + (static_cast<size_t>(r) * nb + b) * gguf_bytes;

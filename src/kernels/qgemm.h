@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/huge_pages.h"
+#include "core/buffer.h"
 
 namespace kvlm {
 
@@ -29,18 +29,18 @@ inline size_t q_group_bytes(WeightFormat f, int nb) { return q_block_bytes(f) * 
 
 // Quantizes rows [out][in] (in a multiple of 32) and packs them; rows past `out` in the last
 // group are zero. Returns ceil(out/8) groups.
-HugeVector<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in);
+Buffer<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in);
 // Packs rows stored as GGUF blocks ([f16 scale][quants], 34 / 18 bytes) as they are.
-HugeVector<uint8_t> pack_gguf_blocks(WeightFormat f, const uint8_t* rows, int out, int in);
+Buffer<uint8_t> pack_gguf_blocks(WeightFormat f, const uint8_t* rows, int out, int in);
 // The f32 values packed weights stand for (as GGUF's dequantize gives them).
 void unpack_to_f32(WeightFormat f, const uint8_t* packed, int out, int in, float* w);
 
 // Activations quantized to Q8_0, one row per token.
 struct QuantizedActs {
   int n = 0, in = 0, nb = 0;
-  std::vector<float> d;    // [n][nb] block scales
-  std::vector<int8_t> q;   // [n][in]
-  std::vector<float> x8;   // [n][nb] 8 * sum of the block's quants (the Q4_0 offset term)
+  Buffer<float> d;    // [n][nb] block scales
+  Buffer<int8_t> q;   // [n][in]
+  Buffer<float> x8;   // [n][nb] 8 * sum of the block's quants (the Q4_0 offset term)
   // pool: where a large batch is split (default: the process pool).
   void quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool = nullptr);
 };

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/memory.h"
 
 namespace kvlm {
 
@@ -26,27 +25,9 @@ BlockHash chain_block_hash(const BlockHash* parent, const std::string& salt, con
   return out;
 }
 
-size_t BlockPool::block_bytes(const ModelConfig& cfg, int block_size, KvDtype dtype) {
-  const KvRowCodec row{dtype, cfg.kv_dim(), cfg.head_dim};
-  return 2ull * cfg.n_layers * static_cast<size_t>(block_size) * row.bytes();
-}
-
-BlockPool::BlockPool(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype dtype)
-    : block_size_(block_size), kv_dim_(cfg.kv_dim()), n_layers_(cfg.n_layers), codec_{dtype, cfg.kv_dim(), cfg.head_dim} {
-  if (block_size < 1 || block_size > 4096) fail("block size must be in 1..4096, got ", block_size);
+BlockPool::BlockPool(int num_blocks, int block_size, size_t bytes_per_block)
+    : block_size_(block_size), bytes_per_block_(bytes_per_block) {
   if (num_blocks < 1) fail("the KV pool needs at least one block, got ", num_blocks);
-  if (!kv_dtype_fits(dtype, kv_dim_)) fail("KV dtype ", kv_dtype_name(dtype), " needs kv_dim divisible by 32, got ", kv_dim_);
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    const int w = l < static_cast<int>(cfg.layer_window.size()) ? cfg.layer_window[l] : 0;
-    if (w <= 0) {
-      window_ = 0;
-      break;
-    }
-    window_ = std::max(window_, w);
-  }
-  bytes_per_block_ = block_bytes(cfg, block_size, dtype);
-  check_memory_for(checked_mul(static_cast<uint64_t>(num_blocks), bytes_per_block_, "KV pool size"),
-                   "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + " tokens");
   ref_.assign(num_blocks, 0);
   prev_.assign(num_blocks, -1);
   next_.assign(num_blocks, -1);
@@ -54,18 +35,6 @@ BlockPool::BlockPool(const ModelConfig& cfg, int block_size, int num_blocks, KvD
   hashed_.assign(num_blocks, false);
   hash_.resize(num_blocks);
   for (int b = 0; b < num_blocks; ++b) push_tail(b);
-  const size_t rows = static_cast<size_t>(num_blocks) * block_size;
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    if (dtype == KvDtype::F32) {
-      k_.emplace_back(rows * kv_dim_);
-      v_.emplace_back(rows * kv_dim_);
-    } else {
-      kq_.emplace_back(rows * codec_.data_bytes());
-      vq_.emplace_back(rows * codec_.data_bytes());
-      kp_.emplace_back(rows * codec_.n_params());
-      vp_.emplace_back(rows * codec_.n_params());
-    }
-  }
 }
 
 void BlockPool::unlink(int b) {
@@ -123,21 +92,6 @@ void BlockPool::unpublish(int b) {
   if (!hashed_[b]) return;
   by_hash_.erase(hash_[b]);
   hashed_[b] = false;
-}
-
-void BlockPool::copy_block(int dst, int src) {
-  size_t n = static_cast<size_t>(block_size_) * kv_dim_;
-  for (size_t l = 0; l < k_.size(); ++l) {
-    std::memcpy(k(static_cast<int>(l), dst), k(static_cast<int>(l), src), n * sizeof(float));
-    std::memcpy(v(static_cast<int>(l), dst), v(static_cast<int>(l), src), n * sizeof(float));
-  }
-  const size_t nd = static_cast<size_t>(block_size_) * codec_.data_bytes(), np = static_cast<size_t>(block_size_) * codec_.n_params();
-  for (int l = 0; l < static_cast<int>(kq_.size()); ++l) {
-    std::memcpy(kq(l, dst), kq(l, src), nd);
-    std::memcpy(vq(l, dst), vq(l, src), nd);
-    std::memcpy(kp(l, dst), kp(l, src), np * sizeof(float));
-    std::memcpy(vp(l, dst), vp(l, src), np * sizeof(float));
-  }
 }
 
 void BlockPool::check_invariants() const {

@@ -1,9 +1,6 @@
-// BlockPool: fixed-size KV blocks for every layer at once, with reference counts, an O(1)
-// free list, and the prefix-cache index. Pure bookkeeping plus the K/V storage; no model code.
-//
-//   k_[layer] : [num_blocks][block_size][kv_dim]   (v_ likewise), an f32 pool
-//   kq_[layer]: [num_blocks][block_size][codec data bytes], kp_ the codec's parameters (v likewise),
-//               a quantized pool (bf16, int8, int4): rows are encoded as they are stored
+// BlockPool: the ids of fixed-size KV blocks (every layer at once), with reference counts, an
+// O(1) free list, and the prefix-cache index. Pure bookkeeping: the pages the ids index are a
+// KvPages (kv_pages.h), which the backend owns, as in vLLM v1's block pool.
 //
 // A block with ref 0 sits in the free list. If it still carries a prefix hash it is "cached":
 // a later prompt with the same prefix can take it back (lookup), until allocation needs the
@@ -16,8 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/kv_quant.h"
-#include "model/config.h"
+#include "kv/kv_pages.h"
 
 namespace kvlm {
 
@@ -37,22 +33,14 @@ BlockHash chain_block_hash(const BlockHash* parent, const std::string& salt, con
 
 class BlockPool {
  public:
-  BlockPool(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype dtype = KvDtype::F32);
-  // Bytes one block of `block_size` positions takes (K and V, every layer), before a pool exists.
-  static size_t block_bytes(const ModelConfig& cfg, int block_size, KvDtype dtype);
+  BlockPool(int num_blocks, int block_size, size_t bytes_per_block);
+  explicit BlockPool(const KvPages& pages) : BlockPool(pages.num_blocks(), pages.block_size(), pages.bytes_per_block()) {}
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return static_cast<int>(ref_.size()); }
   int num_free() const { return num_free_; }  // ref 0, cached or not
   int num_cached() const { return static_cast<int>(by_hash_.size()); }
   size_t bytes_per_block() const { return bytes_per_block_; }
-  int kv_dim() const { return kv_dim_; }
-  int n_layers() const { return n_layers_; }
-  const KvRowCodec& codec() const { return codec_; }
-  KvDtype dtype() const { return codec_.dtype; }
-  // Positions older than (newest - window + 1) are never attended again, so their blocks can be
-  // freed: the largest layer window, or 0 when some layer attends globally (nothing is freed).
-  int window() const { return window_; }
 
   // Takes the least recently released free block (evicting its hash); ref becomes 1.
   // Throws KvlmError when none is free.
@@ -69,21 +57,6 @@ class BlockPool {
   void unpublish(int b);
   bool has_hash(int b) const { return hashed_[b]; }
 
-  float* k(int layer, int b) { return k_[layer].data() + static_cast<size_t>(b) * block_size_ * kv_dim_; }
-  float* v(int layer, int b) { return v_[layer].data() + static_cast<size_t>(b) * block_size_ * kv_dim_; }
-  const float* k(int layer, int b) const { return k_[layer].data() + static_cast<size_t>(b) * block_size_ * kv_dim_; }
-  const float* v(int layer, int b) const { return v_[layer].data() + static_cast<size_t>(b) * block_size_ * kv_dim_; }
-  // Quantized pools: a block's first row of encoded data, and of codec parameters.
-  uint8_t* kq(int layer, int b) { return kq_[layer].data() + row0(b) * codec_.data_bytes(); }
-  uint8_t* vq(int layer, int b) { return vq_[layer].data() + row0(b) * codec_.data_bytes(); }
-  float* kp(int layer, int b) { return kp_[layer].data() + row0(b) * codec_.n_params(); }
-  float* vp(int layer, int b) { return vp_[layer].data() + row0(b) * codec_.n_params(); }
-  const uint8_t* kq(int layer, int b) const { return kq_[layer].data() + row0(b) * codec_.data_bytes(); }
-  const uint8_t* vq(int layer, int b) const { return vq_[layer].data() + row0(b) * codec_.data_bytes(); }
-  const float* kp(int layer, int b) const { return kp_[layer].data() + row0(b) * codec_.n_params(); }
-  const float* vp(int layer, int b) const { return vp_[layer].data() + row0(b) * codec_.n_params(); }
-  void copy_block(int dst, int src);  // all layers
-
   // Debug check of every invariant (free list vs ref counts, hash index); throws on a breach.
   void check_invariants() const;
 
@@ -91,10 +64,7 @@ class BlockPool {
   void unlink(int b);
   void push_tail(int b);
 
-  size_t row0(int b) const { return static_cast<size_t>(b) * block_size_; }
-
-  int block_size_, kv_dim_, n_layers_, window_ = 0;
-  KvRowCodec codec_;
+  int block_size_;
   size_t bytes_per_block_;
   std::vector<int> ref_;                 // [num_blocks]
   std::vector<int> prev_, next_;         // [num_blocks] intrusive free list (-1 = none)
@@ -103,9 +73,6 @@ class BlockPool {
   std::vector<bool> hashed_;             // [num_blocks]
   std::vector<BlockHash> hash_;          // [num_blocks], valid where hashed_
   std::unordered_map<BlockHash, int, BlockHashKey> by_hash_;
-  std::vector<std::vector<float>> k_, v_;  // [n_layers][num_blocks * block_size * kv_dim] (f32)
-  std::vector<std::vector<uint8_t>> kq_, vq_;  // quantized dtypes only
-  std::vector<std::vector<float>> kp_, vp_;
 };
 
 }  // namespace kvlm

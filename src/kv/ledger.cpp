@@ -5,13 +5,13 @@
 
 namespace kvlm {
 
-KvLedger compute_ledger(const BlockPool& pool, const std::vector<std::pair<int, const KvCache*>>& seqs) {
+KvLedger compute_ledger(const BlockPool& pool, const KvPages& pages, const std::vector<std::pair<int, const KvCache*>>& seqs) {
   KvLedger L;
   L.block_size = pool.block_size();
   L.num_blocks = pool.num_blocks();
-  L.n_layers = pool.n_layers();
+  L.n_layers = pages.n_layers();
   L.bytes_per_block = pool.bytes_per_block();
-  L.page_dtype = kv_dtype_name(pool.dtype());
+  L.page_dtype = kv_dtype_name(pages.dtype());
   L.capacity_bytes = L.bytes_per_block * L.num_blocks;
   std::vector<int> filled(L.num_blocks, 0);  // most slots any sequence fills in each block
   for (auto& [id, cache] : seqs) {

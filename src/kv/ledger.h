@@ -37,6 +37,6 @@ struct KvLedger {
 };
 
 // Sequences are read through the KV-manager interface: any layout whose blocks come from `pool`.
-KvLedger compute_ledger(const BlockPool& pool, const std::vector<std::pair<int, const KvCache*>>& seqs);
+KvLedger compute_ledger(const BlockPool& pool, const KvPages& pages, const std::vector<std::pair<int, const KvCache*>>& seqs);
 
 }  // namespace kvlm

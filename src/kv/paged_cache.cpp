@@ -7,8 +7,10 @@
 
 namespace kvlm {
 
-PagedKvCache::PagedKvCache(BlockPool& pool, PagedKvOptions opt)
-    : pool_(pool), max_len_(opt.max_len), salt_(std::move(opt.salt)) {
+PagedKvCache::PagedKvCache(KvPages& pages, BlockPool& pool, PagedKvOptions opt)
+    : pages_(pages), pool_(pool), max_len_(opt.max_len), salt_(std::move(opt.salt)) {
+  KVLM_CHECK(pool.num_blocks() == pages.num_blocks() && pool.block_size() == pages.block_size(),
+             "a block pool and pages of different shapes");
   if (opt.residual < 0) fail("KV residual window must be >= 0, got ", opt.residual);
   if (opt.window > 0) {
     if (opt.sinks < 0) fail("attention sinks need sink tokens >= 0, got ", opt.sinks);
@@ -16,7 +18,7 @@ PagedKvCache::PagedKvCache(BlockPool& pool, PagedKvOptions opt)
       fail("attention sinks need a RoPE model: moved keys are re-rotated to their new index");
     // A quantized page would be decoded, rotated and encoded again at every eviction: rounding
     // error that piles up, unlike the f32 rows the contiguous sink cache moves.
-    if (pool.dtype() != KvDtype::F32) fail("attention sinks need f32 KV pages, not ", kv_dtype_name(pool.dtype()));
+    if (pages.dtype() != KvDtype::F32) fail("attention sinks need f32 KV pages, not ", kv_dtype_name(pages.dtype()));
     const int64_t slots = static_cast<int64_t>(opt.sinks) + opt.window;
     if (opt.max_len > 0 && slots > opt.max_len)
       fail("sink tokens + window (", slots, ") exceed the context of ", opt.max_len, " tokens");
@@ -26,11 +28,11 @@ PagedKvCache::PagedKvCache(BlockPool& pool, PagedKvOptions opt)
     rope_ = opt.rope;
   }
   if (max_len_ <= 0) fail("KV cache length must be positive, got ", max_len_);
-  if (pool.dtype() != KvDtype::F32 && opt.residual > 0) {
+  if (pages.dtype() != KvDtype::F32 && opt.residual > 0) {
     residual_ = std::min(opt.residual, max_len_);
-    const size_t n = static_cast<size_t>(residual_) * pool.kv_dim();
-    ring_k_.assign(pool.n_layers(), std::vector<float>(n));
-    ring_v_.assign(pool.n_layers(), std::vector<float>(n));
+    const size_t n = static_cast<size_t>(residual_) * pages.kv_dim();
+    ring_k_.assign(pages.n_layers(), std::vector<float>(n));
+    ring_v_.assign(pages.n_layers(), std::vector<float>(n));
   }
 }
 
@@ -47,7 +49,7 @@ void PagedKvCache::release_all() {
 }
 
 int PagedKvCache::dead_before(int pos) const {
-  const int w = pool_.window();
+  const int w = pages_.window();
   // With sinks, positions are cache indices and rows move down into earlier blocks: none is dead.
   if (w <= 0 || sinks_on()) return 0;
   // The query at `pos` reads positions >= pos - w + 1; later queries read no earlier ones.
@@ -70,7 +72,7 @@ int PagedKvCache::live_blocks() const {
 int PagedKvCache::freed_blocks() const { return static_cast<int>(table_.size()) - live_blocks(); }
 
 size_t PagedKvCache::residual_bytes() const {
-  return 2ull * ring_k_.size() * residual_ * pool_.kv_dim() * sizeof(float);
+  return 2ull * ring_k_.size() * residual_ * pages_.kv_dim() * sizeof(float);
 }
 
 int PagedKvCache::blocks_needed(int n) const { return blocks_needed(length_, n); }
@@ -105,7 +107,7 @@ void PagedKvCache::make_writable(int first, int last, bool unpublish) {
     KVLM_CHECK(table_[b] != kFreed, "writing into a block freed by the sliding window");
     if (pool_.ref(table_[b]) > 1) {  // copy-on-write
       int fresh = pool_.allocate();
-      pool_.copy_block(fresh, table_[b]);
+      pages_.copy_block(fresh, table_[b]);
       pool_.release(table_[b]);
       table_[b] = fresh;
     } else if (unpublish) {  // ours alone, but findable as a prefix: it must stop being one
@@ -115,14 +117,14 @@ void PagedKvCache::make_writable(int first, int last, bool unpublish) {
 }
 
 void PagedKvCache::evict(int e) {
-  const int bs = pool_.block_size(), dim = pool_.kv_dim();
+  const int bs = pool_.block_size(), dim = pages_.kv_dim();
   const int keep = length_ - sinks_ - e;  // rows [sinks + e, length) move to [sinks, sinks + keep)
   make_writable(sinks_ / bs, static_cast<int>(table_.size()) - 1, true);
   if (hashes_.size() > static_cast<size_t>(sinks_ / bs)) hashes_.resize(sinks_ / bs);
   auto row = [&](float* base_of_block0, int p) { return base_of_block0 + (static_cast<size_t>(table_[p / bs]) * bs + p % bs) * dim; };
-  for (int l = 0; l < pool_.n_layers(); ++l) {
-    float* k0 = pool_.k(l, 0);
-    float* v0 = pool_.v(l, 0);
+  for (int l = 0; l < pages_.n_layers(); ++l) {
+    float* k0 = pages_.k(l, 0);
+    float* v0 = pages_.v(l, 0);
     for (int r = 0; r < keep; ++r) {  // ascending: a source row is read before any later write reaches it
       const int from = sinks_ + e + r, to = sinks_ + r;
       std::memcpy(row(k0, to), row(k0, from), dim * sizeof(float));
@@ -161,8 +163,8 @@ void PagedKvCache::prepare(int pos, int n) {
 }
 
 void PagedKvCache::store(int layer, int pos, int n, const float* k, const float* v) {
-  const int bs = pool_.block_size(), dim = pool_.kv_dim();
-  const KvRowCodec& codec = pool_.codec();
+  const int bs = pool_.block_size(), dim = pages_.kv_dim();
+  const KvRowCodec& codec = pages_.codec();
   for (int t = 0; t < n; ++t) {
     int p = pos + t, b = p / bs;
     if (b >= static_cast<int>(table_.size()) || table_[b] == kFreed)
@@ -171,13 +173,13 @@ void PagedKvCache::store(int layer, int pos, int n, const float* k, const float*
     const float* vt = v + static_cast<size_t>(t) * dim;
     const size_t slot = static_cast<size_t>(p % bs);
     if (codec.dtype == KvDtype::F32) {
-      std::memcpy(pool_.k(layer, table_[b]) + slot * dim, kt, dim * sizeof(float));
-      std::memcpy(pool_.v(layer, table_[b]) + slot * dim, vt, dim * sizeof(float));
+      std::memcpy(pages_.k(layer, table_[b]) + slot * dim, kt, dim * sizeof(float));
+      std::memcpy(pages_.v(layer, table_[b]) + slot * dim, vt, dim * sizeof(float));
       continue;
     }
     // Encoded at once, so a page is complete for any sequence that shares or adopts it.
-    codec.encode(kt, pool_.kq(layer, table_[b]) + slot * codec.data_bytes(), pool_.kp(layer, table_[b]) + slot * codec.n_params());
-    codec.encode(vt, pool_.vq(layer, table_[b]) + slot * codec.data_bytes(), pool_.vp(layer, table_[b]) + slot * codec.n_params());
+    codec.encode(kt, pages_.kq(layer, table_[b]) + slot * codec.data_bytes(), pages_.kp(layer, table_[b]) + slot * codec.n_params());
+    codec.encode(vt, pages_.vq(layer, table_[b]) + slot * codec.data_bytes(), pages_.vp(layer, table_[b]) + slot * codec.n_params());
     if (residual_ > 0) {
       const size_t r = static_cast<size_t>(p % residual_) * dim;
       std::memcpy(ring_k_[layer].data() + r, kt, dim * sizeof(float));
@@ -190,16 +192,16 @@ KvLayerView PagedKvCache::view(int layer) const {
   KvLayerView v;
   v.block_table = table_.data();  // kFreed entries: blocks that left the window, never read
   v.block_size = pool_.block_size();
-  if (pool_.dtype() == KvDtype::F32) {
-    v.k = pool_.k(layer, 0);
-    v.v = pool_.v(layer, 0);
+  if (pages_.dtype() == KvDtype::F32) {
+    v.k = pages_.k(layer, 0);
+    v.v = pages_.v(layer, 0);
     return v;
   }
-  v.codec = &pool_.codec();
-  v.kq = pool_.kq(layer, 0);
-  v.vq = pool_.vq(layer, 0);
-  v.kp = pool_.kp(layer, 0);
-  v.vp = pool_.vp(layer, 0);
+  v.codec = &pages_.codec();
+  v.kq = pages_.kq(layer, 0);
+  v.vq = pages_.vq(layer, 0);
+  v.kp = pages_.kp(layer, 0);
+  v.vp = pages_.vp(layer, 0);
   if (residual_ > 0) {  // the newest positions this sequence computed itself, at full precision
     v.hot_from = std::max(hot_from_, length_ - residual_);
     v.hot_rows = residual_;
@@ -231,7 +233,7 @@ void PagedKvCache::set_length(int n) {
 std::unique_ptr<KvCache> PagedKvCache::fork() const {
   PagedKvOptions o{max_len_, salt_, residual_, sinks_, window_, rope_};
   if (sinks_on()) o.max_len = 0;  // the stream's slots come from sinks + window again
-  auto child = std::make_unique<PagedKvCache>(pool_, o);
+  auto child = std::make_unique<PagedKvCache>(pages_, pool_, o);
   for (int b : table_)
     if (b != kFreed) pool_.retain(b);
   child->table_ = table_;

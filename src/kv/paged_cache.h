@@ -33,9 +33,10 @@ class PagedKvCache : public KvCache {
  public:
   static constexpr int kFreed = -1;  // a table entry whose block left the sliding window
 
-  PagedKvCache(BlockPool& pool, PagedKvOptions opt);
-  PagedKvCache(BlockPool& pool, int max_len, std::string salt = "", int residual = 0)
-      : PagedKvCache(pool, PagedKvOptions{max_len, std::move(salt), residual}) {}
+  // Blocks come from `pool`; their rows live in `pages` (the backend's storage).
+  PagedKvCache(KvPages& pages, BlockPool& pool, PagedKvOptions opt);
+  PagedKvCache(KvPages& pages, BlockPool& pool, int max_len, std::string salt = "", int residual = 0)
+      : PagedKvCache(pages, pool, PagedKvOptions{max_len, std::move(salt), residual}) {}
   ~PagedKvCache() override;
   PagedKvCache(const PagedKvCache&) = delete;
   PagedKvCache& operator=(const PagedKvCache&) = delete;
@@ -80,6 +81,7 @@ class PagedKvCache : public KvCache {
 
   const std::vector<int>& block_table() const { return table_; }
   BlockPool& pool() const { return pool_; }
+  KvPages& pages() const { return pages_; }
 
  private:
   int dead_before(int pos) const;  // blocks [0, result) are outside every layer's window at pos
@@ -90,6 +92,7 @@ class PagedKvCache : public KvCache {
   void make_writable(int first, int last, bool unpublish);
   void evict(int e);  // sinks: drops the e positions after the sinks, moving the rest down
 
+  KvPages& pages_;
   BlockPool& pool_;
   int max_len_, length_ = 0;
   int sinks_ = 0, window_ = 0;

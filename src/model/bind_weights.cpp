@@ -22,7 +22,7 @@ Linear bind_linear(const TensorSource& s, const std::string& name, int out, int 
 }
 
 Linear bind_conv1d(const TensorSource& s, const std::string& name, int in, int out) {
-  std::vector<float> w = s.read_f32(name + ".weight", {in, out});
+  Buffer<float> w = s.read_f32(name + ".weight", {in, out});
   Linear l;
   l.out = out;
   l.in = in;

@@ -1,4 +1,4 @@
-// A loaded model: config plus f32 weights, bound to one generic decoder forward.
+// A loaded model: config plus weights (in backend buffers), bound to one generic decoder forward.
 #pragma once
 #include <memory>
 #include <string>
@@ -11,9 +11,9 @@
 namespace kvlm {
 
 struct LayerWeights {
-  std::vector<float> attn_norm, attn_norm_bias;  // [dim]; bias only for LayerNorm
+  Buffer<float> attn_norm, attn_norm_bias;        // [dim]; bias only for LayerNorm
   Linear wq, wk, wv, wo;                         // wq [q_dim][dim], wk/wv [kv_dim][dim], wo [dim][q_dim]
-  std::vector<float> mlp_norm, mlp_norm_bias;    // [dim]
+  Buffer<float> mlp_norm, mlp_norm_bias;          // [dim]
   Linear w_gate;                                 // [hidden][dim], SwiGLU only
   Linear w_up;                                   // [hidden][dim]
   Linear w_down;                                 // [dim][hidden]
@@ -21,10 +21,10 @@ struct LayerWeights {
 
 struct Model {
   ModelConfig cfg;
-  std::vector<float> tok_emb;                  // [vocab][dim]
-  std::vector<float> pos_emb;                  // [max_seq_len][dim], learned positions only
+  Buffer<float> tok_emb;                       // [vocab][dim]
+  Buffer<float> pos_emb;                       // [max_seq_len][dim], learned positions only
   std::vector<LayerWeights> layers;            // [n_layers]
-  std::vector<float> final_norm, final_norm_bias;  // [dim]
+  Buffer<float> final_norm, final_norm_bias;  // [dim]
   Linear lm_head;                              // [vocab][dim]; empty when tied to tok_emb
   RopeTable rope;                              // RoPE inverse frequencies (none without RoPE)
   WeightFormat stored_format = WeightFormat::F32;  // the matrices' type in the file (load keeps it)

@@ -37,7 +37,7 @@ uint64_t splitmix(uint64_t& s) {
 
 // Normal(0, std) by Box-Muller from a counter-based stream: chunks fill in parallel and the
 // result does not depend on the thread count.
-void fill_normal(std::vector<float>& v, size_t n, float stddev, uint64_t seed) {
+void fill_normal(Buffer<float>& v, size_t n, float stddev, uint64_t seed) {
   v.resize(n);
   ThreadPool::global().parallel_for((n + 4095) / 4096, [&](size_t b, size_t e) {
     for (size_t chunk = b; chunk < e; ++chunk) {

@@ -107,7 +107,8 @@ void llama_like_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& 
   read_gguf_rope(g, p, c);
   if (g.tensors.has("rope_freqs.weight")) {  // Llama 3 rope scaling, as llama.cpp stores it
     if (c.head_dim <= 0 || c.head_dim > 1024 || c.head_dim % 2) fail(g.path, ": head_dim ", c.head_dim, " is invalid");
-    c.rope_freq_divisors = g.tensors.read_f32("rope_freqs.weight", {c.head_dim / 2});
+    const Buffer<float> divisors = g.tensors.read_f32("rope_freqs.weight", {c.head_dim / 2});
+    c.rope_freq_divisors.assign(divisors.begin(), divisors.end());
   }
 }
 

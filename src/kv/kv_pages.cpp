@@ -1,0 +1,68 @@
+#include "kv/kv_pages.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "core/memory.h"
+
+namespace kvlm {
+
+size_t KvPages::block_bytes(const ModelConfig& cfg, int block_size, KvDtype dtype) {
+  const KvRowCodec row{dtype, cfg.kv_dim(), cfg.head_dim};
+  return 2ull * cfg.n_layers * static_cast<size_t>(block_size) * row.bytes();
+}
+
+KvPages::KvPages(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype dtype, Device device)
+    : block_size_(block_size),
+      num_blocks_(num_blocks),
+      kv_dim_(cfg.kv_dim()),
+      n_layers_(cfg.n_layers),
+      codec_{dtype, cfg.kv_dim(), cfg.head_dim},
+      device_(device) {
+  if (block_size < 1 || block_size > 4096) fail("block size must be in 1..4096, got ", block_size);
+  if (num_blocks < 1) fail("the KV pool needs at least one block, got ", num_blocks);
+  if (!kv_dtype_fits(dtype, kv_dim_)) fail("KV dtype ", kv_dtype_name(dtype), " needs kv_dim divisible by 32, got ", kv_dim_);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const int w = l < static_cast<int>(cfg.layer_window.size()) ? cfg.layer_window[l] : 0;
+    if (w <= 0) {
+      window_ = 0;
+      break;
+    }
+    window_ = std::max(window_, w);
+  }
+  bytes_per_block_ = block_bytes(cfg, block_size, dtype);
+  check_memory_for(checked_mul(static_cast<uint64_t>(num_blocks), bytes_per_block_, "KV pool size"),
+                   "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + " tokens");
+  const size_t rows = static_cast<size_t>(num_blocks) * block_size;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    if (dtype == KvDtype::F32) {
+      k_.emplace_back(rows * kv_dim_, device);
+      v_.emplace_back(rows * kv_dim_, device);
+    } else {
+      kq_.emplace_back(rows * codec_.data_bytes(), device);
+      vq_.emplace_back(rows * codec_.data_bytes(), device);
+      kp_.emplace_back(rows * codec_.n_params(), device);
+      vp_.emplace_back(rows * codec_.n_params(), device);
+    }
+  }
+}
+
+void KvPages::copy_block(int dst, int src) {
+  const size_t n = static_cast<size_t>(block_size_) * kv_dim_;
+  for (int l = 0; l < static_cast<int>(k_.size()); ++l) {
+    std::memcpy(k(l, dst), k(l, src), n * sizeof(float));
+    std::memcpy(v(l, dst), v(l, src), n * sizeof(float));
+  }
+  const size_t nd = static_cast<size_t>(block_size_) * codec_.data_bytes();
+  const size_t np = static_cast<size_t>(block_size_) * codec_.n_params();
+  for (int l = 0; l < static_cast<int>(kq_.size()); ++l) {
+    std::memcpy(kq(l, dst), kq(l, src), nd);
+    std::memcpy(vq(l, dst), vq(l, src), nd);
+    std::memcpy(kp(l, dst), kp(l, src), np * sizeof(float));
+    std::memcpy(vp(l, dst), vp(l, src), np * sizeof(float));
+  }
+}
+
+}  // namespace kvlm

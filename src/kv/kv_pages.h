@@ -1,0 +1,65 @@
+// KvPages: the storage behind paged KV caches, held in the backend's buffers (host memory
+// today). The BlockPool (block_pool.h) hands out block ids and counts references; this holds
+// what the ids index, as vLLM v1 splits its block pool from the worker's KV tensors. A device
+// backend allocates these buffers on its device; the bookkeeping does not change.
+//
+//   k_[layer] : [num_blocks][block_size][kv_dim]   (v_ likewise), f32 pages
+//   kq_[layer]: [num_blocks][block_size][codec data bytes], kp_ the codec's parameters (v likewise),
+//               quantized pages (bf16, int8, int4): rows are encoded as they are stored
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer.h"
+#include "kernels/kv_quant.h"
+#include "model/config.h"
+
+namespace kvlm {
+
+class KvPages {
+ public:
+  KvPages(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype dtype = KvDtype::F32,
+          Device device = Device::Host);
+  // Bytes one block of `block_size` positions takes (K and V, every layer), before any exists.
+  static size_t block_bytes(const ModelConfig& cfg, int block_size, KvDtype dtype);
+
+  int block_size() const { return block_size_; }
+  int num_blocks() const { return num_blocks_; }
+  int kv_dim() const { return kv_dim_; }
+  int n_layers() const { return n_layers_; }
+  size_t bytes_per_block() const { return bytes_per_block_; }
+  const KvRowCodec& codec() const { return codec_; }
+  KvDtype dtype() const { return codec_.dtype; }
+  Device device() const { return device_; }
+  // Positions older than (newest - window + 1) are never attended again, so their blocks can be
+  // freed: the largest layer window, or 0 when some layer attends globally (nothing is freed).
+  int window() const { return window_; }
+
+  float* k(int layer, int b) { return k_[layer].data() + row0(b) * kv_dim_; }
+  float* v(int layer, int b) { return v_[layer].data() + row0(b) * kv_dim_; }
+  const float* k(int layer, int b) const { return k_[layer].data() + row0(b) * kv_dim_; }
+  const float* v(int layer, int b) const { return v_[layer].data() + row0(b) * kv_dim_; }
+  // Quantized pages: a block's first row of encoded data, and of codec parameters.
+  uint8_t* kq(int layer, int b) { return kq_[layer].data() + row0(b) * codec_.data_bytes(); }
+  uint8_t* vq(int layer, int b) { return vq_[layer].data() + row0(b) * codec_.data_bytes(); }
+  float* kp(int layer, int b) { return kp_[layer].data() + row0(b) * codec_.n_params(); }
+  float* vp(int layer, int b) { return vp_[layer].data() + row0(b) * codec_.n_params(); }
+  const uint8_t* kq(int layer, int b) const { return kq_[layer].data() + row0(b) * codec_.data_bytes(); }
+  const uint8_t* vq(int layer, int b) const { return vq_[layer].data() + row0(b) * codec_.data_bytes(); }
+  const float* kp(int layer, int b) const { return kp_[layer].data() + row0(b) * codec_.n_params(); }
+  const float* vp(int layer, int b) const { return vp_[layer].data() + row0(b) * codec_.n_params(); }
+  void copy_block(int dst, int src);  // all layers
+
+ private:
+  size_t row0(int b) const { return static_cast<size_t>(b) * block_size_; }
+
+  int block_size_, num_blocks_, kv_dim_, n_layers_, window_ = 0;
+  KvRowCodec codec_;
+  size_t bytes_per_block_;
+  Device device_;
+  std::vector<Buffer<float>> k_, v_;      // f32 pages
+  std::vector<Buffer<uint8_t>> kq_, vq_;  // quantized pages
+  std::vector<Buffer<float>> kp_, vp_;
+};
+
+}  // namespace kvlm
