@@ -50,7 +50,7 @@ BENCHMARK(BM_dot_bf16<true>)->Arg(2048)->Arg(5632);
 template <bool kScalar, bool kQ4>
 void BM_qgemm_group(benchmark::State& s) {
   const int in = static_cast<int>(s.range(0)), nt = static_cast<int>(s.range(1));
-  const WeightFormat f = kQ4 ? WeightFormat::Q4_0 : WeightFormat::Q8_0;
+  const DType f = kQ4 ? DType::Q4_0 : DType::Q8_0;
   auto w = randn(static_cast<size_t>(kGroupRows) * in, 5), x = randn(static_cast<size_t>(nt) * in, 6);
   auto packed = pack_quantized(f, w.data(), kGroupRows, in);
   QuantizedActs acts;
@@ -74,7 +74,7 @@ BENCHMARK(BM_qgemm_group<true, true>)->Name("BM_qgemm_q4_0_scalar")->Args({2048,
 
 // A Linear layer at TinyLlama's FFN shape, one token (decode) and 64 tokens (prefill).
 void BM_linear(benchmark::State& s) {
-  const WeightFormat f = static_cast<WeightFormat>(s.range(0));
+  const DType f = static_cast<DType>(s.range(0));
   const int n = static_cast<int>(s.range(1));
   Linear l;
   l.out = 5632;
@@ -87,7 +87,7 @@ void BM_linear(benchmark::State& s) {
   s.SetBytesProcessed(static_cast<int64_t>(s.iterations() * l.bytes()));
   s.counters["GFLOP/s"] = benchmark::Counter(2.0 * l.out * l.in * n, benchmark::Counter::kIsIterationInvariantRate,
                                              benchmark::Counter::OneK::kIs1000);
-  s.SetLabel(weight_format_name(f));
+  s.SetLabel(dtype_name(f));
 }
 BENCHMARK(BM_linear)->ArgsProduct({{0, 1, 2, 3}, {1, 64}})->UseRealTime();
 

@@ -104,7 +104,7 @@ TEST(AttentionBatch, ContiguousRingAndShuffledBlocksAgreeBitForBit) {
 
 TEST(AttentionBatch, EncodedRowsWithAnF32RingReadAsTheirDecodedValues) {
   const int cached = 200, fresh = 3, hot = 40;
-  KvRowCodec codec{KvDtype::INT8, kKvDim, kHd};
+  KvRowCodec codec{DType::Int8, kKvDim, kHd};
   const auto ck = randn(static_cast<size_t>(cached) * kKvDim, 11), cv = randn(ck.size(), 12);
   const auto q = randn(static_cast<size_t>(fresh) * kQDim, 13), k = randn(static_cast<size_t>(fresh) * kKvDim, 14),
              v = randn(static_cast<size_t>(fresh) * kKvDim, 15);

@@ -100,8 +100,8 @@ TEST(HalfPrecision, F16StaysF16AndBeatsBf16) {
     std::string path = *f.file ? dir + "/" + f.file : dir;
     Expected x = expected(dir);
     auto as_stored = load_model(path);
-    EXPECT_EQ(as_stored->stored_format, WeightFormat::F16) << path;
-    EXPECT_EQ(as_stored->layers[0].wq.fmt, WeightFormat::F16) << path;
+    EXPECT_EQ(as_stored->stored_format, DType::F16) << path;
+    EXPECT_EQ(as_stored->layers[0].wq.fmt, DType::F16) << path;
     auto bf16 = load_model(path, "bf16");
     float err_f16 = test::max_abs_diff(both_paths(*as_stored, x.seq).first, x.logits);
     float err_bf16 = test::max_abs_diff(both_paths(*bf16, x.seq).first, x.logits);

@@ -38,7 +38,7 @@ std::unique_ptr<Model> small_model() {
   c.attn_scale = 1.0f / std::sqrt(32.0f);
   c.layer_window.assign(c.n_layers, 0);
   auto m = synthetic_model(c, 7);
-  m->convert_weights(WeightFormat::Q8_0);
+  m->convert_weights(DType::Q8_0);
   return m;
 }
 

@@ -129,7 +129,7 @@ TEST(KvManager, EveryLayoutForksClearsAndReports) {
   BlockPool pool(pages);
   std::vector<std::unique_ptr<KvCache>> caches;
   caches.push_back(std::make_unique<ContiguousKvCache>(m->cfg, 64));
-  caches.push_back(std::make_unique<ContiguousKvCache>(m->cfg, 64, KvDtype::INT8, 4));
+  caches.push_back(std::make_unique<ContiguousKvCache>(m->cfg, 64, DType::Int8, 4));
   caches.push_back(std::make_unique<SinkKvCache>(m->cfg, m->rope, 2, 10));
   caches.push_back(std::make_unique<PagedKvCache>(pages, pool, 64));
   caches.push_back(std::make_unique<PagedKvCache>(pages, pool, sink_options(*m, 2, 10)));
@@ -196,7 +196,7 @@ TEST(PagedSinks, EngineStreamsMatchTheGeneratorInAnExactlySizedPool) {
 
 TEST(PagedSinks, RefusesWhatItCannotDo) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");
-  KvPages int8_pages(m->cfg, 4, 16, KvDtype::INT8);
+  KvPages int8_pages(m->cfg, 4, 16, DType::Int8);
   BlockPool int8_pool(int8_pages);
   EXPECT_THROW(PagedKvCache bad(int8_pages, int8_pool, sink_options(*m, 2, 8)), KvlmError);  // re-rotating would re-encode
   auto gpt2 = load_model(test::fixtures_dir() + "/gpt2_tiny");

@@ -22,7 +22,7 @@ TEST(KvQuant, RoundTripsStayWithinStatedBounds) {
     const int kv_dim = 4 * hd;
     std::vector<float> x(kv_dim), y(hd);
     for (float& v : x) v = nd(rng);
-    for (KvDtype t : {KvDtype::F32, KvDtype::BF16, KvDtype::INT8, KvDtype::INT4}) {
+    for (DType t : {DType::F32, DType::BF16, DType::Int8, DType::Int4}) {
       KvRowCodec c{t, kv_dim, hd};
       std::vector<uint8_t> data(c.data_bytes());
       std::vector<float> params(c.n_params() + 1);
@@ -34,22 +34,22 @@ TEST(KvQuant, RoundTripsStayWithinStatedBounds) {
         for (int i = 0; i < hd; ++i) {
           const float v = x[h * hd + i];
           float bound = 0;
-          if (t == KvDtype::BF16) bound = std::fabs(v) / 256;         // 8 mantissa bits
-          if (t == KvDtype::INT8) bound = amax / 127 / 2 + 1e-6f;     // half a step of the head's scale
-          if (t == KvDtype::INT4) {                                    // half a step of the 32-group's range
+          if (t == DType::BF16) bound = std::fabs(v) / 256;         // 8 mantissa bits
+          if (t == DType::Int8) bound = amax / 127 / 2 + 1e-6f;     // half a step of the head's scale
+          if (t == DType::Int4) {                                    // half a step of the 32-group's range
             int g = (h * hd + i) / 32;
             lo = *std::min_element(x.begin() + g * 32, x.begin() + g * 32 + 32);
             hi = *std::max_element(x.begin() + g * 32, x.begin() + g * 32 + 32);
             bound = (hi - lo) / 15 / 2 + 1e-5f;
           }
-          ASSERT_LE(std::fabs(y[i] - v), bound) << kv_dtype_name(t) << " hd " << hd << " i " << i;
+          ASSERT_LE(std::fabs(y[i] - v), bound) << dtype_name(t) << " hd " << hd << " i " << i;
         }
       }
     }
   }
 }
 
-std::vector<float> decode_logits(const Model& m, const std::vector<int>& ids, KvDtype t, int residual) {
+std::vector<float> decode_logits(const Model& m, const std::vector<int>& ids, DType t, int residual) {
   ContiguousKvCache kv(m.cfg, static_cast<int>(ids.size()), t, residual);
   std::vector<float> all, row;
   for (int id : ids) {
@@ -60,7 +60,7 @@ std::vector<float> decode_logits(const Model& m, const std::vector<int>& ids, Kv
 }
 
 TEST(KvQuant, VectorDecodersMatchScalarTwinsBitForBit) {
-  for (KvDtype t : {KvDtype::BF16, KvDtype::INT8, KvDtype::INT4})
+  for (DType t : {DType::BF16, DType::Int8, DType::Int4})
     for (int hd : {8, 32, 64, 128}) {
       const int kv_dim = 4 * std::max(hd, 32);
       if (kv_dim % hd) continue;
@@ -72,7 +72,7 @@ TEST(KvQuant, VectorDecodersMatchScalarTwinsBitForBit) {
       for (int h = 0; h < kv_dim / hd; ++h) {
         c.decode_head(data.data(), params.data(), h, a.data());
         c.decode_head_scalar(data.data(), params.data(), h, b.data());
-        ASSERT_EQ(a, b) << kv_dtype_name(t) << " head_dim " << hd << " head " << h;
+        ASSERT_EQ(a, b) << dtype_name(t) << " head_dim " << hd << " head " << h;
       }
     }
 }
@@ -91,19 +91,19 @@ TEST(KvQuant, Int8LogitsStayCloseToF32OnStories260K) {
   };
   // Stated tolerances (logits here span about -19..21; head_dim is only 8, so each int8 scale
   // covers 8 values): int8 and bf16 within 1.0 max-abs and >= 95% top-1 agreement.
-  for (KvDtype t : {KvDtype::BF16, KvDtype::INT8, KvDtype::INT4}) {
+  for (DType t : {DType::BF16, DType::Int8, DType::Int4}) {
     std::vector<float> l0 = decode_logits(*m, ids, t, 0), l16 = decode_logits(*m, ids, t, 16);
     float err0 = test::max_abs_diff(l0, golden), err16 = test::max_abs_diff(l16, golden);
     std::printf("[ measured ] stories260K %s KV: max-abs logit error %.4f, top-1 %d/%d (residual 0); %.4f, %d/%d (residual 16)\n",
-                kv_dtype_name(t), err0, top1(l0), n, err16, top1(l16), n);
-    if (t != KvDtype::INT4) {
-      EXPECT_LE(err0, 1.0f) << kv_dtype_name(t);
-      EXPECT_GE(top1(l0), static_cast<int>(std::ceil(0.95 * n))) << kv_dtype_name(t);
+                dtype_name(t), err0, top1(l0), n, err16, top1(l16), n);
+    if (t != DType::Int4) {
+      EXPECT_LE(err0, 1.0f) << dtype_name(t);
+      EXPECT_GE(top1(l0), static_cast<int>(std::ceil(0.95 * n))) << dtype_name(t);
       EXPECT_LE(err16, err0 + 1e-6f) << "keeping the newest tokens f32 must not hurt";
     }
   }
   // A residual window as long as the sequence is the f32 cache itself.
-  EXPECT_LE(test::max_abs_diff(decode_logits(*m, ids, KvDtype::INT4, 64), golden), 1e-4f);
+  EXPECT_LE(test::max_abs_diff(decode_logits(*m, ids, DType::Int4, 64), golden), 1e-4f);
 }
 
 TEST(KvQuant, Int8GreedyGoldenAndPerplexity) {
@@ -113,7 +113,7 @@ TEST(KvQuant, Int8GreedyGoldenAndPerplexity) {
   GenerateOptions opt;
   opt.max_new_tokens = 200;
   opt.stop_at_eos = false;
-  opt.kv_dtype = KvDtype::INT8;
+  opt.kv_dtype = DType::Int8;
   opt.kv_residual = 128;
   auto got = generate(*m, g["prompt_ids"].get<std::vector<int>>(), opt).generated;
   auto want = g["generated_ids"].get<std::vector<int>>();
@@ -125,7 +125,7 @@ TEST(KvQuant, Int8GreedyGoldenAndPerplexity) {
   auto toks = nlohmann::json::parse(test::read_file(test::shared_path("golden/stories260K/perplexity_tokens.json")));
   std::vector<int> ids = toks["token_ids"].get<std::vector<int>>();
   ids.resize(2048);
-  KvQualityResult q = kv_quality(*m, ids, 512, KvDtype::INT8, 0);
+  KvQualityResult q = kv_quality(*m, ids, 512, DType::Int8, 0);
   std::printf("[ measured ] int8 KV (residual 0), 2048 tokens: ppl %.4f vs %.4f (%+.3f%%), KLD mean %.2e p99 %.2e, top-1 %.2f%%\n",
               q.quantized.perplexity, q.f32.perplexity, q.ppl_change_pct, q.kld_mean, q.kld_p99, 100 * q.top1_same);
   EXPECT_LE(std::fabs(q.ppl_change_pct), 0.5);
@@ -149,9 +149,9 @@ TEST(KvQuant, SlidingWindowMemoryIsConstantPastTheWindow) {
 }
 
 TEST(KvQuant, BadKvDtypesAreErrors) {
-  EXPECT_THROW(parse_kv_dtype("int3"), std::exception);
+  EXPECT_THROW(parse_dtype("int3", kInKvPages, "KV dtype"), std::exception);
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");  // kv_dim 32: int4 fits
-  EXPECT_NO_THROW(ContiguousKvCache(m->cfg, 8, KvDtype::INT4, 0));
+  EXPECT_NO_THROW(ContiguousKvCache(m->cfg, 8, DType::Int4, 0));
   auto r = test::run_kvlm({"generate", "--model", test::fixtures_dir() + "/llama_tiny", "--tokenizer",
                            test::fixtures_dir() + "/tokenizers/bytelevel_tiny/tokenizer.json", "--prompt", "hi",
                            "--kv-dtype", "int3"});

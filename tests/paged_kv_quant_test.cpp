@@ -39,7 +39,7 @@ std::vector<int> fixture_ids(const std::string& dir) {
 
 void expect_pages_equal_contiguous(const Model& m, const std::vector<int>& ids, const std::string& what) {
   const int n = static_cast<int>(ids.size());
-  for (KvDtype t : {KvDtype::BF16, KvDtype::INT8, KvDtype::INT4})
+  for (DType t : {DType::BF16, DType::Int8, DType::Int4})
     for (int residual : {0, 5}) {
       ContiguousKvCache contiguous(m.cfg, n, t, residual);
       std::vector<float> want = stepwise_logits(m, contiguous, ids);
@@ -49,7 +49,7 @@ void expect_pages_equal_contiguous(const Model& m, const std::vector<int>& ids, 
         PagedKvCache paged(pages, pool, n, "", residual);
         std::vector<float> got = stepwise_logits(m, paged, ids);
         EXPECT_EQ(test::max_abs_diff(got, want), 0.0f)
-            << what << " " << kv_dtype_name(t) << " residual " << residual << " block size " << bs;
+            << what << " " << dtype_name(t) << " residual " << residual << " block size " << bs;
       }
     }
 }
@@ -69,7 +69,7 @@ TEST(QuantizedPages, EqualTheContiguousQuantizedCacheOnStories260K) {
   expect_pages_equal_contiguous(*m, ids, "stories260K");
   // And int8 pages against llama2.c's f32 logits: the tolerance the contiguous cache states.
   std::vector<float> golden = test::read_f32(test::shared_path("golden/stories260K/logits_long_prompt_mia.f32"));
-  KvPages pages(m->cfg, 16, 64, KvDtype::INT8);
+  KvPages pages(m->cfg, 16, 64, DType::Int8);
   BlockPool pool(pages);
   PagedKvCache paged(pages, pool, static_cast<int>(ids.size()), "", 0);
   EXPECT_LE(test::max_abs_diff(stepwise_logits(*m, paged, ids), golden), 1.0f);
@@ -78,14 +78,14 @@ TEST(QuantizedPages, EqualTheContiguousQuantizedCacheOnStories260K) {
 TEST(QuantizedPages, PageBytesShrinkByTheCodecRatio) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");
   const ModelConfig& c = m->cfg;  // kv_dim 32, head_dim 16
-  const size_t f32 = KvPages::block_bytes(c, 16, KvDtype::F32);
+  const size_t f32 = KvPages::block_bytes(c, 16, DType::F32);
   EXPECT_EQ(f32, 2ull * c.n_layers * 16 * c.kv_dim() * 4);
-  EXPECT_EQ(KvPages::block_bytes(c, 16, KvDtype::BF16), f32 / 2);
+  EXPECT_EQ(KvPages::block_bytes(c, 16, DType::BF16), f32 / 2);
   // int8: one byte per value plus an f32 scale per head per token.
-  EXPECT_EQ(KvPages::block_bytes(c, 16, KvDtype::INT8),
+  EXPECT_EQ(KvPages::block_bytes(c, 16, DType::Int8),
             2ull * c.n_layers * 16 * (c.kv_dim() + 4 * c.n_kv_heads));
   // int4: half a byte per value plus an f32 scale and zero point per group of 32.
-  EXPECT_EQ(KvPages::block_bytes(c, 16, KvDtype::INT4),
+  EXPECT_EQ(KvPages::block_bytes(c, 16, DType::Int4),
             2ull * c.n_layers * 16 * (c.kv_dim() / 2 + 8 * (c.kv_dim() / 32)));
 }
 
@@ -96,7 +96,7 @@ TEST(QuantizedPages, PrefixSharingAndForksWorkOnQuantizedPages) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");
   std::vector<int> prompt = fixture_ids(test::fixtures_dir() + "/llama_tiny");
   prompt.resize(21);
-  for (KvDtype t : {KvDtype::INT8, KvDtype::INT4}) {
+  for (DType t : {DType::Int8, DType::Int4}) {
     EngineOptions o;
     o.block_size = 4;
     o.num_blocks = 64;
@@ -107,15 +107,15 @@ TEST(QuantizedPages, PrefixSharingAndForksWorkOnQuantizedPages) {
     drain(e);
     int b = e.add({prompt, 12, {}, false, ""});
     drain(e);
-    EXPECT_EQ(e.seq(b).reused_tokens, 20) << kv_dtype_name(t);
-    EXPECT_EQ(generated(e, b), generated(e, a)) << kv_dtype_name(t);
+    EXPECT_EQ(e.seq(b).reused_tokens, 20) << dtype_name(t);
+    EXPECT_EQ(generated(e, b), generated(e, a)) << dtype_name(t);
     // A fork shares every page, copies the one it writes into, and continues like its parent.
     int c = e.add({prompt, 12, {}, false, ""});
     e.step();
     int d = e.fork(c, 1);
     drain(e);
-    EXPECT_EQ(generated(e, c), generated(e, a)) << kv_dtype_name(t);
-    EXPECT_EQ(generated(e, d), generated(e, a)) << kv_dtype_name(t);
+    EXPECT_EQ(generated(e, c), generated(e, a)) << dtype_name(t);
+    EXPECT_EQ(generated(e, d), generated(e, a)) << dtype_name(t);
     e.pool().check_invariants();
   }
 }
@@ -126,7 +126,7 @@ TEST(QuantizedPages, LedgerRecordsPagePrecisionAndTheF32Window) {
   EngineOptions o;
   o.block_size = 8;
   o.num_blocks = 32;
-  o.kv_dtype = KvDtype::INT4;
+  o.kv_dtype = DType::Int4;
   o.kv_residual = 16;
   Engine e(*m, o);
   e.add({prompt, 4, {}, false, ""});
@@ -147,7 +147,7 @@ TEST(SlidingWindowPages, MistralFreesBlocksAtOnceAndMatchesHf) {
   ASSERT_EQ(m->cfg.layer_window[0], 8);
   std::vector<int> ids = fixture_ids(dir);
   std::vector<float> hf = test::read_f32(dir + "/logits.f32");
-  for (KvDtype t : {KvDtype::F32, KvDtype::INT8}) {
+  for (DType t : {DType::F32, DType::Int8}) {
     KvPages pages(m->cfg, 4, 32, t);
     BlockPool pool(pages);
     ASSERT_EQ(pages.window(), 8);
@@ -158,9 +158,9 @@ TEST(SlidingWindowPages, MistralFreesBlocksAtOnceAndMatchesHf) {
       if (step >= 8) most_live = std::max(most_live, paged.live_blocks());
       EXPECT_EQ(pool.num_blocks() - pool.num_free(), paged.live_blocks());
     });
-    EXPECT_LE(most_live, 3) << kv_dtype_name(t);
-    EXPECT_GE(paged.freed_blocks(), 13) << kv_dtype_name(t);
-    if (t == KvDtype::F32)
+    EXPECT_LE(most_live, 3) << dtype_name(t);
+    EXPECT_GE(paged.freed_blocks(), 13) << dtype_name(t);
+    if (t == DType::F32)
       EXPECT_LE(test::max_abs_diff(got, hf), 1e-4f) << "paged + freed blocks vs transformers";
     else
       EXPECT_LE(test::max_abs_diff(got, hf), 0.5f) << "int8 pages vs transformers";

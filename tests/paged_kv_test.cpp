@@ -218,11 +218,11 @@ TEST(PagedKv, RandomizedStressKeepsInvariants) { stress("llama_tiny", {3, 40, tr
 TEST(PagedKv, RandomizedStressOnQuantizedAndWindowedPages) {
   {
     SCOPED_TRACE("int8 pages");
-    stress("llama_tiny", {3, 40, true, 64, 100, KvDtype::INT8, 4}, false);
+    stress("llama_tiny", {3, 40, true, 64, 100, DType::Int8, 4}, false);
   }
   {
     SCOPED_TRACE("int4 pages, window");
-    stress("mistral_tiny", {3, 40, true, 64, 100, KvDtype::INT4, 0}, false);
+    stress("mistral_tiny", {3, 40, true, 64, 100, DType::Int4, 0}, false);
   }
   {
     // Found a scheduling bug: a block counted as "freed by the window this step" was adopted

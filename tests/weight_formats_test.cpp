@@ -27,7 +27,7 @@ namespace {
 using test::randn;
 
 TEST(WeightKernels, PackedQuantizedKernelsMatchScalarTwinsBitForBit) {
-  for (WeightFormat f : {WeightFormat::Q8_0, WeightFormat::Q4_0})
+  for (DType f : {DType::Q8_0, DType::Q4_0})
     for (int nb = 1; nb <= 12; ++nb)
       for (int off = 0; off < 4; ++off) {
         const int in = nb * 32, n = 5;
@@ -44,7 +44,7 @@ TEST(WeightKernels, PackedQuantizedKernelsMatchScalarTwinsBitForBit) {
             scalar::qgemm_group(f, packed.data(), acts, t0, nt, ref);
             for (int t = 0; t < nt; ++t)
               for (int i = 0; i < kGroupRows; ++i)
-                ASSERT_EQ(got[t][i], ref[t][i]) << weight_format_name(f) << " nb " << nb << " t " << t0 + t << " row " << i;
+                ASSERT_EQ(got[t][i], ref[t][i]) << dtype_name(f) << " nb " << nb << " t " << t0 + t << " row " << i;
           }
       }
 }
@@ -52,18 +52,18 @@ TEST(WeightKernels, PackedQuantizedKernelsMatchScalarTwinsBitForBit) {
 // GGUF blocks packed as stored equal the blocks re-derived from their dequantized values (so a
 // Q8_0 / Q4_0 file runs its own quants), and unpacking gives GGUF's dequantized values exactly.
 TEST(WeightKernels, GgufBlocksPackAsStoredAndUnpackToTheirValues) {
-  for (WeightFormat f : {WeightFormat::Q8_0, WeightFormat::Q4_0}) {
+  for (DType f : {DType::Q8_0, DType::Q4_0}) {
     const int out = 11, in = 96, nb = in / 32;
-    const DType t = f == WeightFormat::Q8_0 ? DType::Q8_0 : DType::Q4_0;
+    const DType t = f;  // the file's block type and the weights' type are one
     const size_t block = dtype_block_bytes(t);
     std::vector<uint8_t> gguf(static_cast<size_t>(out) * nb * block);
     std::mt19937 rng(3);
     for (size_t i = 0; i < gguf.size(); ++i) gguf[i] = static_cast<uint8_t>(rng());
     for (int r = 0; r < out * nb; ++r) {  // blocks as ggml writes them: Q8_0 scale amax/127 > 0, quants in -127..127
-      const float d = 0.001f * (1 + r % 7) * (f == WeightFormat::Q4_0 && r % 2 ? -1 : 1);
+      const float d = 0.001f * (1 + r % 7) * (f == DType::Q4_0 && r % 2 ? -1 : 1);
       const uint16_t h = f32_to_f16(d);
       std::memcpy(gguf.data() + r * block, &h, 2);
-      if (f == WeightFormat::Q8_0) {
+      if (f == DType::Q8_0) {
         for (int k = 0; k < 32; ++k)
           if (gguf[r * block + 2 + k] == 0x80) gguf[r * block + 2 + k] = 0x81;
         gguf[r * block + 2 + r % 32] = r % 3 ? 127 : 0x81;  // the block's largest magnitude is 127
@@ -73,10 +73,10 @@ TEST(WeightKernels, GgufBlocksPackAsStoredAndUnpackToTheirValues) {
     dequantize(t, gguf.data(), want.data(), want.size());
     auto packed = pack_gguf_blocks(f, gguf.data(), out, in);
     unpack_to_f32(f, packed.data(), out, in, got.data());
-    ASSERT_EQ(got, want) << weight_format_name(f);
-    if (f == WeightFormat::Q8_0) {  // Q4_0 blocks of random nibbles need not use the -8 end
+    ASSERT_EQ(got, want) << dtype_name(f);
+    if (f == DType::Q8_0) {  // Q4_0 blocks of random nibbles need not use the -8 end
       auto again = pack_quantized(f, want.data(), out, in);
-      EXPECT_TRUE(std::equal(again.begin(), again.end(), packed.begin())) << weight_format_name(f);
+      EXPECT_TRUE(std::equal(again.begin(), again.end(), packed.begin())) << dtype_name(f);
     }
   }
 }
@@ -85,7 +85,7 @@ TEST(WeightKernels, GgufBlocksPackAsStoredAndUnpackToTheirValues) {
 // by row with quantize_row_*, dequantized, and dotted in double. Covers row counts that are not
 // a multiple of the 8-row group, and token counts that are not a multiple of the 4-token tile.
 TEST(WeightKernels, QuantizedLinearMatchesDequantizedReference) {
-  for (WeightFormat f : {WeightFormat::Q8_0, WeightFormat::Q4_0})
+  for (DType f : {DType::Q8_0, DType::Q4_0})
     for (int out : {1, 7, 13, 64})
       for (int n : {1, 3, 6}) {
         const int in = 96, nb = in / 32;
@@ -105,7 +105,7 @@ TEST(WeightKernels, QuantizedLinearMatchesDequantizedReference) {
           for (int t = 0; t < n; ++t) {
             quantize_row_q8_0(x.data() + static_cast<size_t>(t) * in, in, xs.data(), xq.data());
             std::vector<double> wd(in);
-            if (f == WeightFormat::Q8_0) {
+            if (f == DType::Q8_0) {
               quantize_row_q8_0(w.data() + static_cast<size_t>(r) * in, in, ws.data(), wq.data());
               for (int i = 0; i < in; ++i) wd[i] = f16_to_f32(f32_to_f16(ws[i / 32])) * wq[i];
             } else {
@@ -119,7 +119,7 @@ TEST(WeightKernels, QuantizedLinearMatchesDequantizedReference) {
             double ref = l.b[r];
             for (int i = 0; i < in; ++i) ref += wd[i] * xs[i / 32] * xq[i];
             ASSERT_NEAR(y[static_cast<size_t>(t) * out + r], ref, 1e-4 * (1 + std::fabs(ref)))
-                << weight_format_name(f) << " out " << out << " n " << n << " row " << r << " token " << t;
+                << dtype_name(f) << " out " << out << " n " << n << " row " << r << " token " << t;
           }
       }
 }

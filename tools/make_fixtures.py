@@ -254,6 +254,18 @@ def write_quant_references(d):
         values = gguf.quants.dequantize(blocks, qt).astype("<f4")
         blocks.tofile(os.path.join(d, f"{qt.name}.bin"))
         values.tofile(os.path.join(d, f"{qt.name}.f32"))
+    write_quantize_references(d)
+
+
+def write_quantize_references(d):
+    """Random values and the blocks the gguf package quantizes them to (the from-float direction)."""
+    rng = np.random.default_rng(6)
+    T = gguf.GGMLQuantizationType
+    values = (rng.standard_normal((8, 64)) * rng.uniform(0.01, 3, size=(8, 1))).astype("<f4")
+    values[3, :32] = 0  # an all-zero block: scale 0
+    values.tofile(os.path.join(d, "quantize_src.f32"))
+    for qt in (T.Q8_0, T.Q4_0):
+        gguf.quants.quantize(values, qt).tofile(os.path.join(d, f"quantize_{qt.name}.bin"))
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ std::vector<int> prompt_ids(const BenchArgs& a, const Model& m) {
 Stat measure(const Model& m, const std::vector<int>& prompt, bool cache, int new_tokens, int runs, int warmup,
              const std::string& label, const BenchArgs& a) {
   GenerateOptions opt;
-  opt.kv_dtype = parse_kv_dtype(a.kv_dtype);
+  opt.kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
   opt.kv_residual = a.kv_residual;
   opt.max_new_tokens = new_tokens;
   opt.use_kv_cache = cache;
@@ -160,7 +160,7 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const ModelConfig& c = m.cfg;
   for (const std::string& name : a.kv_dtypes) {
-    KvDtype dt = parse_kv_dtype(name);
+    DType dt = parse_dtype(name, kInKvPages, "KV dtype");
     for (int ctx : a.decode_at) {
       ContiguousKvCache cache(c, ctx + a.decode_steps + 1, dt, a.kv_residual);
       std::vector<float> k(static_cast<size_t>(c.kv_dim())), v(k.size());
@@ -178,7 +178,7 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
       for (int i = 0; i < a.decode_steps; ++i) forward(m, cache, &tok, 1, LogitsFor::Last, logits);
       double tpot = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / a.decode_steps;
       KvRowCodec codec{dt, c.kv_dim(), c.head_dim};
-      size_t hot = dt == KvDtype::F32 ? 0 : std::min(ctx, a.kv_residual);
+      size_t hot = dt == DType::F32 ? 0 : std::min(ctx, a.kv_residual);
       size_t bytes = 2ull * c.n_layers * ((ctx - hot) * codec.bytes() + hot * c.kv_dim() * 4);
       if (!a.quiet) std::fprintf(stderr, "[bench] KV %s at %d: %.2f ms/token\n", name.c_str(), ctx, tpot);
       rows.push_back({{"kv_dtype", name}, {"context", ctx}, {"tpot_ms", tpot}, {"kv_bytes", bytes},
@@ -190,8 +190,8 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
 
 // Everything a run could trip on is checked before the first (slow) measurement.
 void check_before_runs(const BenchArgs& a, const ModelConfig& c) {
-  parse_kv_dtype(a.kv_dtype);
-  for (const std::string& t : a.kv_dtypes) parse_kv_dtype(t);
+  parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
+  for (const std::string& t : a.kv_dtypes) parse_dtype(t, kInKvPages, "KV dtype");
   for (int ctx : a.decode_at)
     if (ctx + a.decode_steps + 1 > c.max_seq_len && c.learned_positions)
       fail("--decode-at ", ctx, " + ", a.decode_steps + 1, " steps exceed the context of ", c.max_seq_len,
@@ -222,7 +222,7 @@ json bench_report(const BenchArgs& a) {
 
   json j;
   j["model"] = {{"name", name}, {"arch", c.arch},
-                {"weights", a.weights.empty() ? weight_format_name(m->stored_format) : a.weights}, {"params", m->n_params()}, {"weight_bytes", m->weight_bytes()},
+                {"weights", a.weights.empty() ? dtype_name(m->stored_format) : a.weights}, {"params", m->n_params()}, {"weight_bytes", m->weight_bytes()},
                 {"layers", c.n_layers}, {"dim", c.dim}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
                 {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"context", c.max_seq_len}};
   j["threads"] = ThreadPool::global().size();

@@ -35,7 +35,7 @@ int run_batch(const BatchArgs& a) {
   eo.block_size = a.block_size;
   eo.prefix_cache = !a.no_prefix_cache;
   eo.max_batch_tokens = a.max_batch_tokens;
-  eo.kv_dtype = parse_kv_dtype(a.kv_dtype);
+  eo.kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
   eo.kv_residual = a.kv_residual;
   eo.sink_tokens = a.sink_tokens;
   eo.window = a.window;

@@ -153,7 +153,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.layout != "paged" && a.layout != "contiguous") fail("--kv-layout must be paged or contiguous");
   if (a.parallel > 1 && (a.no_kv_cache || a.layout != "paged")) fail("--parallel needs the paged KV cache");
   if (a.window > 0 && a.no_kv_cache) fail("--window (attention sinks) needs the KV cache");
-  const KvDtype kv_dtype = parse_kv_dtype(a.kv_dtype);  // before the (slow) model load
+  const DType kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");  // before the (slow) model load
   auto model = load_model(a.model, a.weights);
   if (a.window > 0 && model->cfg.rope == RopeKind::None)
     fail("attention sinks need a RoPE model: ", model->cfg.arch, " bakes positions into its embeddings");

@@ -23,8 +23,8 @@ int run_ppl(const PplArgs& a) {
   std::vector<int> ids = tok->encode_prompt(read_file(a.text));
   if (a.max_tokens > 0 && static_cast<long>(ids.size()) > a.max_tokens) ids.resize(a.max_tokens);
   int window = a.ctx > 0 ? a.ctx : model->cfg.max_seq_len;
-  KvDtype dtype = parse_kv_dtype(a.kv_dtype);
-  if (dtype != KvDtype::F32) {  // decode token by token through both caches and compare
+  DType dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
+  if (dtype != DType::F32) {  // decode token by token through both caches and compare
     KvQualityResult q = kv_quality(*model, ids, window, dtype, a.kv_residual);
     nlohmann::json j{{"kv_dtype", a.kv_dtype},
                      {"kv_residual", a.kv_residual},

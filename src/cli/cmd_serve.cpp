@@ -46,7 +46,7 @@ std::vector<std::string> keys_from_file(const std::string& path) {
 }
 
 int run_serve(const ServeArgs& a) {
-  const KvDtype kv_dtype = parse_kv_dtype(a.kv_dtype);
+  const DType kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;

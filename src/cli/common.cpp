@@ -47,7 +47,7 @@ std::unique_ptr<Model> model_or_preset(const std::string& model, const std::stri
     std::fprintf(stderr, "[kvlm] building %s with synthetic weights (seed %llu)\n", preset.c_str(),
                  static_cast<unsigned long long>(seed));
   auto m = synthetic_model(preset_config(preset), seed);
-  if (!weights.empty()) m->convert_weights(parse_weight_format(weights));
+  if (!weights.empty()) m->convert_weights(parse_dtype(weights, kAsWeights, "weight type"));
   name = preset + " (synthetic weights)";
   return m;
 }

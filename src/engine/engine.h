@@ -23,7 +23,7 @@ struct EngineOptions {
   bool prefix_cache = true;
   int max_batch_tokens = 4096;   // tokens computed per step, all sequences together
   int context = 0;               // per-sequence limit; 0 = the model's max_seq_len
-  KvDtype kv_dtype = KvDtype::F32;  // precision of the pages
+  DType kv_dtype = DType::F32;  // precision of the pages
   int kv_residual = 128;         // newest positions each sequence also keeps at f32 (quantized pages)
   int max_seqs = 0;              // sequences decoded together; 0 = as many as the pool holds
   // Attention sinks (StreamingLLM) with window > 0: every sequence keeps its first sink_tokens

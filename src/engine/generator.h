@@ -18,7 +18,7 @@ struct GenerateOptions {
   bool use_kv_cache = true;
   bool stop_at_eos = true;  // stop at EOS (and BOS, which starts a new document)
   int context = 0;          // 0 = the model's max_seq_len
-  KvDtype kv_dtype = KvDtype::F32;
+  DType kv_dtype = DType::F32;
   int kv_residual = 128;    // newest positions kept f32 when kv_dtype is quantized
   int sink_tokens = 0;      // with window > 0: StreamingLLM, keep sink_tokens + the last window
   int window = 0;

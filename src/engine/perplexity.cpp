@@ -40,7 +40,7 @@ PerplexityResult perplexity(const Model& m, const std::vector<int>& ids, int win
   return r;
 }
 
-KvQualityResult kv_quality(const Model& m, const std::vector<int>& ids, int window, KvDtype dtype, int residual) {
+KvQualityResult kv_quality(const Model& m, const std::vector<int>& ids, int window, DType dtype, int residual) {
   if (window < 2) fail("perplexity window must be at least 2 tokens, got ", window);
   if (window > m.cfg.max_seq_len) fail("window ", window, " exceeds the model's context ", m.cfg.max_seq_len);
   KvQualityResult r;

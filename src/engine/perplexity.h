@@ -27,7 +27,7 @@ struct KvQualityResult {
   double top1_same = 0;        // fraction of positions whose argmax is unchanged
   size_t kv_bytes_f32 = 0, kv_bytes = 0;  // cache bytes for one window
 };
-KvQualityResult kv_quality(const Model& m, const std::vector<int>& ids, int window, KvDtype dtype, int residual);
+KvQualityResult kv_quality(const Model& m, const std::vector<int>& ids, int window, DType dtype, int residual);
 
 // log-softmax(logits)[target], in double.
 double token_nll(const float* logits, int vocab, int target);

@@ -10,18 +10,12 @@
 
 #include "core/buffer.h"
 #include "core/mapped_file.h"
+#include "kernels/dtype.h"
 
 namespace kvlm {
 
-// Stored element types. The block-quantized ones (GGUF) pack `dtype_block(t)` values into
-// `dtype_block_bytes(t)` bytes along the innermost dimension.
-enum class DType { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K };
-
-size_t dtype_block(DType t);        // values per block (1 for plain types)
-size_t dtype_block_bytes(DType t);  // bytes per block
-const char* dtype_name(DType t);
-// Bytes of a row of n values; throws unless n is a multiple of the block size.
-uint64_t dtype_row_bytes(DType t, uint64_t n, const std::string& what);
+// Stored element types are DType (kernels/dtype.h): the block-quantized ones (GGUF) pack
+// `dtype_block(t)` values into `dtype_block_bytes(t)` bytes along the innermost dimension.
 
 struct TensorInfo {
   std::string name;
@@ -55,8 +49,6 @@ class TensorSource {
 };
 
 Buffer<float> to_f32(const TensorInfo& t);
-// Dequantizes n values (a multiple of the block size) of type t starting at src.
-void dequantize(DType t, const uint8_t* src, float* dst, size_t n);
 std::string shape_str(const std::vector<int64_t>& shape);
 
 }  // namespace kvlm

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/dot.h"
+#include "kernels/quantize.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -15,67 +16,37 @@
 
 namespace kvlm {
 
-KvDtype parse_kv_dtype(const std::string& s) {
-  if (s == "f32") return KvDtype::F32;
-  if (s == "bf16") return KvDtype::BF16;
-  if (s == "int8") return KvDtype::INT8;
-  if (s == "int4") return KvDtype::INT4;
-  fail("unknown KV dtype '", s, "' (known: f32, bf16, int8, int4)");
+bool kv_dtype_fits(DType t, int kv_dim) {
+  const DTypeTraits& r = dtype_traits(t);
+  return (r.roles & kInKvPages) && (r.block <= 1 || kv_dim % r.block == 0);
 }
-
-const char* kv_dtype_name(KvDtype t) {
-  switch (t) {
-    case KvDtype::F32: return "f32";
-    case KvDtype::BF16: return "bf16";
-    case KvDtype::INT8: return "int8";
-    case KvDtype::INT4: return "int4";
-  }
-  return "?";
-}
-
-bool kv_dtype_fits(KvDtype t, int kv_dim) { return t != KvDtype::INT4 || kv_dim % 32 == 0; }
 
 size_t KvRowCodec::data_bytes() const {
   switch (dtype) {
-    case KvDtype::F32: return kv_dim * 4;
-    case KvDtype::BF16: return kv_dim * 2;
-    case KvDtype::INT8: return kv_dim;
-    case KvDtype::INT4: return kv_dim / 2;
+    case DType::Int8: return kv_dim;
+    case DType::Int4: return kv_dim / 2;
+    default: return kv_dim * dtype_traits(dtype).block_bytes;  // plain values (f32, bf16)
   }
-  return 0;
 }
 
 int KvRowCodec::n_params() const {
   switch (dtype) {
-    case KvDtype::INT8: return kv_dim / head_dim;
-    case KvDtype::INT4: return 2 * (kv_dim / 32);
+    case DType::Int8: return kv_dim / head_dim;
+    case DType::Int4: return 2 * (kv_dim / 32);
     default: return 0;
   }
 }
 
 void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
   switch (dtype) {
-    case KvDtype::F32:
-      std::memcpy(data, x, kv_dim * 4);
+    case DType::F32:
+    case DType::BF16:
+      dtype_traits(dtype).from_float(x, data, kv_dim);
       return;
-    case KvDtype::BF16:
-      for (int i = 0; i < kv_dim; ++i) {
-        uint16_t h = f32_to_bf16(x[i]);
-        std::memcpy(data + 2 * i, &h, 2);
-      }
+    case DType::Int8:
+      quantize_symmetric_i8(x, kv_dim, head_dim, params, reinterpret_cast<int8_t*>(data));  // a scale per head
       return;
-    case KvDtype::INT8:
-      for (int h = 0; h < kv_dim / head_dim; ++h) {
-        const float* xh = x + h * head_dim;
-        float amax = 0.0f;
-        for (int i = 0; i < head_dim; ++i) amax = std::max(amax, std::fabs(xh[i]));
-        float s = amax / 127.0f, inv = s ? 1.0f / s : 0.0f;
-        params[h] = s;
-        for (int i = 0; i < head_dim; ++i)
-          data[h * head_dim + i] = static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(xh[i] * inv)));
-      }
-      return;
-    case KvDtype::INT4:
+    case DType::Int4:
       for (int g = 0; g < kv_dim / 32; ++g) {
         const float* xg = x + g * 32;
         float lo = *std::min_element(xg, xg + 32), hi = *std::max_element(xg, xg + 32);
@@ -89,6 +60,8 @@ void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
         }
       }
       return;
+    default:
+      KVLM_CHECK(false, dtype_name(dtype), " is not a KV codec");
   }
 }
 
@@ -96,18 +69,18 @@ void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
 namespace {
 // Attention decodes every cached row it reads, so the decoders are vectorized; they compute the
 // same products as the scalar code below (one multiply, or one fused multiply-add for int4).
-__attribute__((target("avx2,fma"))) bool decode_head_avx2(KvDtype t, const uint8_t* data, const float* params, int h,
+__attribute__((target("avx2,fma"))) bool decode_head_avx2(DType t, const uint8_t* data, const float* params, int h,
                                                           int head_dim, float* out) {
   const int base = h * head_dim;
   if (head_dim % 8 != 0) return false;
-  if (t == KvDtype::BF16) {
+  if (t == DType::BF16) {
     for (int i = 0; i < head_dim; i += 8) {
       const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 2 * (base + i))));
       _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
     }
     return true;
   }
-  if (t == KvDtype::INT8) {
+  if (t == DType::Int8) {
     const __m256 s = _mm256_set1_ps(params[h]);
     for (int i = 0; i < head_dim; i += 8) {
       const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(data + base + i));
@@ -115,7 +88,7 @@ __attribute__((target("avx2,fma"))) bool decode_head_avx2(KvDtype t, const uint8
     }
     return true;
   }
-  if (t == KvDtype::INT4 && head_dim % 32 == 0) {
+  if (t == DType::Int4 && head_dim % 32 == 0) {
     for (int g = base / 32, gi = 0; gi < head_dim / 32; ++gi, ++g) {
       const __m256 s = _mm256_set1_ps(params[2 * g]), z = _mm256_set1_ps(params[2 * g + 1]);
       for (int i = 0; i < 16; i += 4) {  // 4 bytes = 8 values, low nibble first
@@ -147,23 +120,19 @@ void KvRowCodec::decode_head(const uint8_t* data, const float* params, int h, fl
 void KvRowCodec::decode_head_scalar(const uint8_t* data, const float* params, int h, float* out) const {
   const int base = h * head_dim;
   switch (dtype) {
-    case KvDtype::F32:
-      std::memcpy(out, data + base * 4, head_dim * 4);
+    case DType::F32:
+    case DType::BF16: {
+      const DTypeTraits& r = dtype_traits(dtype);
+      r.to_float(data + base * r.block_bytes, out, head_dim);
       return;
-    case KvDtype::BF16:
-      for (int i = 0; i < head_dim; ++i) {
-        uint16_t v;
-        std::memcpy(&v, data + 2 * (base + i), 2);
-        out[i] = bf16_to_f32(v);
-      }
-      return;
-    case KvDtype::INT8: {
+    }
+    case DType::Int8: {
       float s = params[h];
       const int8_t* q = reinterpret_cast<const int8_t*>(data) + base;
       for (int i = 0; i < head_dim; ++i) out[i] = s * q[i];
       return;
     }
-    case KvDtype::INT4:
+    case DType::Int4:
       if (head_dim % 32 == 0) {  // whole groups: unpack nibble pairs without per-element arithmetic
         for (int g0 = base / 32, gi = 0; gi < head_dim / 32; ++gi) {
           const float s = params[2 * (g0 + gi)], z = params[2 * (g0 + gi) + 1];
@@ -183,6 +152,8 @@ void KvRowCodec::decode_head_scalar(const uint8_t* data, const float* params, in
         out[i] = std::fma(params[2 * g], static_cast<float>(q), params[2 * g + 1]);
       }
       return;
+    default:
+      KVLM_CHECK(false, dtype_name(dtype), " is not a KV codec");
   }
 }
 

@@ -9,16 +9,16 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/dtype.h"
+
 namespace kvlm {
 
-enum class KvDtype { F32, BF16, INT8, INT4 };
-
-KvDtype parse_kv_dtype(const std::string& s);  // "f32", "bf16", "int8", "int4"
-const char* kv_dtype_name(KvDtype t);
+// Element types come from the one dtype table (kernels/dtype.h): f32, bf16, int8 and int4 serve
+// KV pages (parse_dtype(name, kInKvPages, ...)).
 
 // Layout of one quantized row for a given kv_dim / head_dim.
 struct KvRowCodec {
-  KvDtype dtype;
+  DType dtype;
   int kv_dim, head_dim;
   size_t data_bytes() const;   // the packed values
   int n_params() const;        // f32 side values: scales (int8), scales + zeros (int4)
@@ -31,6 +31,6 @@ struct KvRowCodec {
 };
 
 // Whether a codec can hold rows of this shape (int4 needs kv_dim divisible by 32).
-bool kv_dtype_fits(KvDtype t, int kv_dim);
+bool kv_dtype_fits(DType t, int kv_dim);
 
 }  // namespace kvlm

@@ -18,190 +18,32 @@
 
 namespace kvlm {
 
-const char* weight_format_name(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::F32: return "f32";
-    case WeightFormat::BF16: return "bf16";
-    case WeightFormat::F16: return "f16";
-    case WeightFormat::Q8_0: return "q8_0";
-    case WeightFormat::Q4_0: return "q4_0";
-  }
-  return "?";
-}
-
-WeightFormat parse_weight_format(const std::string& s) {
-  if (s == "f32") return WeightFormat::F32;
-  if (s == "bf16") return WeightFormat::BF16;
-  if (s == "f16") return WeightFormat::F16;
-  if (s == "q8_0") return WeightFormat::Q8_0;
-  if (s == "q4_0") return WeightFormat::Q4_0;
-  fail("unknown weight type '", s, "' (known: f32, f16, bf16, q8_0, q4_0)");
-}
-
-namespace scalar {
-void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q) {
-  for (int b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-    scales[b] = d;
-    for (int i = 0; i < 32; ++i) q[b * 32 + i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
-  }
-}
-}  // namespace scalar
-
-#if KVLM_X86
-namespace {
-// The same arithmetic as the scalar twin (max is exact, round-to-nearest-even like nearbyint).
-__attribute__((target("avx2,fma"))) void quantize_row_q8_0_avx2(const float* x, int n, float* scales, int8_t* q) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (int b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
-    __m256 v[4], m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(xb + 8 * k);
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-    scales[b] = d;
-    __m256i i32[4];
-    for (int k = 0; k < 4; ++k)
-      i32[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id)),
-                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    // int32 -> int16 -> int8 packs interleave the 128-bit lanes; one permute restores order.
-    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
-    const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), i8);
-  }
-}
-}  // namespace
-#endif  // KVLM_X86
-
-void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q) {
-#if KVLM_X86
-  if (isa_at_least(Isa::Avx2)) return quantize_row_q8_0_avx2(x, n, scales, q);
-#endif
-  scalar::quantize_row_q8_0(x, n, scales, q);
-}
-
-void quantize_row_q4_0(const float* x, int n, float* scales, uint8_t* q) {
-  for (int b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
-    float amax = 0.0f, max = 0.0f;  // the signed value of largest magnitude maps to -8
-    for (int i = 0; i < 32; ++i)
-      if (std::fabs(xb[i]) > amax) {
-        amax = std::fabs(xb[i]);
-        max = xb[i];
-      }
-    float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
-    scales[b] = d;
-    for (int i = 0; i < 16; ++i) {
-      int lo = std::min(15, static_cast<int>(xb[i] * id + 8.5f));
-      int hi = std::min(15, static_cast<int>(xb[i + 16] * id + 8.5f));
-      q[b * 16 + i] = static_cast<uint8_t>(lo | (hi << 4));
-    }
-  }
-}
-
-namespace scalar {
-float dot_bf16(const uint16_t* w, const float* x, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += bf16_to_f32(w[i]) * x[i];
-  return s;
-}
-float dot_f16(const uint16_t* w, const float* x, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += f16_to_f32(w[i]) * x[i];
-  return s;
-}
-}  // namespace scalar
-
-#if KVLM_X86
-namespace {
-
-__attribute__((target("avx2,fma"))) inline float reduce(__m256 acc) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-__attribute__((target("avx2,fma"))) float dot_bf16_avx2(const uint16_t* w, const float* x, int n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-    __m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
-    acc0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), _mm256_loadu_ps(x + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(b, 16)), _mm256_loadu_ps(x + i + 8), acc1);
-  }
-  float s = reduce(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += bf16_to_f32(w[i]) * x[i];
-  return s;
-}
-
-// IEEE half weights widened by F16C in registers: f16 keeps its 10-bit mantissa (bf16 has 7).
-__attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const uint16_t* w, const float* x, int n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-    __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
-    acc0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), acc0);
-    acc1 = _mm256_fmadd_ps(b, _mm256_loadu_ps(x + i + 8), acc1);
-  }
-  float s = reduce(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += f16_to_f32(w[i]) * x[i];
-  return s;
-}
-
-}  // namespace
-#endif  // KVLM_X86
 
 namespace {
 constexpr size_t kMinParallelWork = 1 << 16;  // multiply-adds below which one thread does it all
 }  // namespace
 
-float dot_bf16(const uint16_t* w, const float* x, int n) {
-#if KVLM_X86
-  if (isa_at_least(Isa::Avx2)) return dot_bf16_avx2(w, x, n);
-#endif
-  return scalar::dot_bf16(w, x, n);
-}
-
-float dot_f16(const uint16_t* w, const float* x, int n) {
-#if KVLM_X86
-  if (isa_at_least(Isa::Avx2)) return dot_f16_avx2(w, x, n);  // the Avx2 row includes F16C
-#endif
-  return scalar::dot_f16(w, x, n);
-}
-
-bool Linear::convert(WeightFormat f) {
+bool Linear::convert(DType f) {
   if (f == fmt) return true;
-  if (fmt == WeightFormat::BF16 || fmt == WeightFormat::F16) {  // widen exactly, then on
+  if (fmt == DType::BF16 || fmt == DType::F16) {  // widen exactly, then on
     w.resize(static_cast<size_t>(out) * in);
-    for (size_t i = 0; i < w.size(); ++i) w[i] = fmt == WeightFormat::F16 ? f16_to_f32(w16[i]) : bf16_to_f32(w16[i]);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = fmt == DType::F16 ? f16_to_f32(w16[i]) : bf16_to_f32(w16[i]);
     w16.clear();
-    fmt = WeightFormat::F32;
-    if (f == WeightFormat::F32) return true;
+    fmt = DType::F32;
+    if (f == DType::F32) return true;
   }
-  if (fmt != WeightFormat::F32) {  // back to the f32 values the blocks stand for, then on
+  if (fmt != DType::F32) {  // back to the f32 values the blocks stand for, then on
     w.resize(static_cast<size_t>(out) * in);
     unpack_to_f32(fmt, packed.data(), out, in, w.data());
     packed.clear();
-    fmt = WeightFormat::F32;
-    if (f == WeightFormat::F32) return true;
+    fmt = DType::F32;
+    if (f == DType::F32) return true;
   }
-  if ((f == WeightFormat::Q8_0 || f == WeightFormat::Q4_0) && in % 32 != 0) return false;
+  if ((f == DType::Q8_0 || f == DType::Q4_0) && in % 32 != 0) return false;
   const size_t n = static_cast<size_t>(out) * in;
-  if (f == WeightFormat::BF16 || f == WeightFormat::F16) {
+  if (f == DType::BF16 || f == DType::F16) {
     w16.resize(n);
-    for (size_t i = 0; i < n; ++i) w16[i] = f == WeightFormat::F16 ? f32_to_f16(w[i]) : f32_to_bf16(w[i]);
+    for (size_t i = 0; i < n; ++i) w16[i] = f == DType::F16 ? f32_to_f16(w[i]) : f32_to_bf16(w[i]);
   } else {
     packed = pack_quantized(f, w.data(), out, in);
   }
@@ -219,12 +61,12 @@ void Linear::forward(const float* x, int n, float* y) const { forward(x, n, y, C
 void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
   ThreadPool& pool = ctx.pool();
   const float* B = b.empty() ? nullptr : b.data();
-  if (fmt == WeightFormat::F32) {
+  if (fmt == DType::F32) {
     matmul(w.data(), B, out, in, x, n, y, &pool);
     return;
   }
-  if (fmt == WeightFormat::BF16 || fmt == WeightFormat::F16) {
-    auto dot = fmt == WeightFormat::F16 ? dot_f16 : dot_bf16;
+  if (fmt == DType::BF16 || fmt == DType::F16) {
+    const auto dot = dtype_traits(fmt).dot;  // the table's row dot for stored halves
     auto body = [&](size_t r0, size_t r1) {
       for (size_t r = r0; r < r1; ++r)
         for (int t = 0; t < n; ++t)

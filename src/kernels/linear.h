@@ -8,18 +8,17 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "kernels/dtype.h"
+#include "kernels/quantize.h"
 
 namespace kvlm {
 
 class Context;
 
-enum class WeightFormat { F32, BF16, Q8_0, Q4_0, F16 };
-const char* weight_format_name(WeightFormat f);
-WeightFormat parse_weight_format(const std::string& s);  // "f32", "f16", "bf16", "q8_0", "q4_0"
 
 struct Linear {
   int out = 0, in = 0;
-  WeightFormat fmt = WeightFormat::F32;
+  DType fmt = DType::F32;
   Buffer<float> w;          // [out][in] (F32)
   Buffer<uint16_t> w16;     // [out][in] (BF16 or F16)
   Buffer<uint8_t> packed;   // ceil(out/8) groups of 8 interleaved rows (Q8_0, Q4_0)
@@ -31,21 +30,9 @@ struct Linear {
   void forward(const float* x, int n, float* y) const;
   // Re-encodes the weights (quantized ones through the f32 values they stand for); returns false
   // (and keeps f32) when `in` is not a multiple of 32.
-  bool convert(WeightFormat f);
+  bool convert(DType f);
   size_t bytes() const;  // bytes of weights and bias as stored
 };
 
-// Block quantization of one row (n a multiple of 32), llama.cpp's rounding.
-void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q);
-void quantize_row_q4_0(const float* x, int n, float* scales, uint8_t* q);
-
-float dot_bf16(const uint16_t* w, const float* x, int n);
-float dot_f16(const uint16_t* w, const float* x, int n);
-
-namespace scalar {
-void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q);
-float dot_bf16(const uint16_t* w, const float* x, int n);
-float dot_f16(const uint16_t* w, const float* x, int n);
-}  // namespace scalar
 
 }  // namespace kvlm

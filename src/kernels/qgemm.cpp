@@ -34,9 +34,9 @@ int32_t load_i32(const void* p) {
 }
 }  // namespace
 
-size_t q_block_bytes(WeightFormat f) {
-  if (f == WeightFormat::Q8_0) return kScaleBytes + kGroupRows * 32;
-  if (f == WeightFormat::Q4_0) return kScaleBytes + kGroupRows * 16;
+size_t q_block_bytes(DType f) {
+  if (f == DType::Q8_0) return kScaleBytes + kGroupRows * 32;
+  if (f == DType::Q4_0) return kScaleBytes + kGroupRows * 16;
   KVLM_CHECK(false, "q_block_bytes of a non-block format");
 }
 
@@ -47,10 +47,10 @@ void place_block(uint8_t* blk, int i, uint16_t scale, const uint8_t* quants, siz
   for (size_t j = 0; j < quant_bytes / 4; ++j)  // chunk j of 4 bytes lands at [j][row i]
     std::memcpy(blk + chunk_offset(i, static_cast<int>(j)), quants + j * 4, 4);
 }
-size_t quant_bytes(WeightFormat f) { return f == WeightFormat::Q4_0 ? 16 : 32; }
+size_t quant_bytes(DType f) { return f == DType::Q4_0 ? 16 : 32; }
 }  // namespace
 
-Buffer<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in) {
+Buffer<uint8_t> pack_quantized(DType f, const float* w, int out, int in) {
   const int nb = in / 32, groups = (out + kGroupRows - 1) / kGroupRows;
   const size_t bb = q_block_bytes(f), qb = quant_bytes(f);
   Buffer<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
@@ -58,7 +58,7 @@ Buffer<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in) 
   std::vector<uint8_t> quants(static_cast<size_t>(nb) * qb);
   for (int r = 0; r < out; ++r) {
     const float* row = w + static_cast<size_t>(r) * in;
-    if (f == WeightFormat::Q4_0)
+    if (f == DType::Q4_0)
       quantize_row_q4_0(row, in, scales.data(), quants.data());
     else
       quantize_row_q8_0(row, in, scales.data(), reinterpret_cast<int8_t*>(quants.data()));
@@ -69,7 +69,7 @@ Buffer<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in) 
   return packed;
 }
 
-Buffer<uint8_t> pack_gguf_blocks(WeightFormat f, const uint8_t* rows, int out, int in) {
+Buffer<uint8_t> pack_gguf_blocks(DType f, const uint8_t* rows, int out, int in) {
   const int nb = in / 32, groups = (out + kGroupRows - 1) / kGroupRows;
   const size_t bb = q_block_bytes(f), qb = quant_bytes(f), gguf_bytes = 2 + qb;
   Buffer<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
@@ -83,7 +83,7 @@ Buffer<uint8_t> pack_gguf_blocks(WeightFormat f, const uint8_t* rows, int out, i
   return packed;
 }
 
-void unpack_to_f32(WeightFormat f, const uint8_t* packed, int out, int in, float* w) {
+void unpack_to_f32(DType f, const uint8_t* packed, int out, int in, float* w) {
   const int nb = in / 32;
   const size_t bb = q_block_bytes(f);
   for (int r = 0; r < out; ++r)
@@ -95,7 +95,7 @@ void unpack_to_f32(WeightFormat f, const uint8_t* packed, int out, int in, float
       for (int j = 0; j < static_cast<int>(quant_bytes(f) / 4); ++j)
         for (int k = 0; k < 4; ++k) {
           const uint8_t byte = blk[chunk_offset(i, j) + k];
-          if (f == WeightFormat::Q4_0) {
+          if (f == DType::Q4_0) {
             y[4 * j + k] = static_cast<float>((byte & 0xF) - 8) * d;
             y[16 + 4 * j + k] = static_cast<float>((byte >> 4) - 8) * d;
           } else {
@@ -130,8 +130,8 @@ void QuantizedActs::quantize(const float* x, int n_tokens, int in_features, Thre
 }
 
 namespace scalar {
-void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
-  const bool q4 = f == WeightFormat::Q4_0;
+void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
+  const bool q4 = f == DType::Q4_0;
   const size_t bb = q_block_bytes(f);
   for (int t = 0; t < nt; ++t)
     for (int i = 0; i < kGroupRows; ++i) {
@@ -176,7 +176,7 @@ inline void prefetch_block(const uint8_t* p, size_t bytes) {
 template <int NT>
 __attribute__((target("avx2,fma,f16c"))) void q4_avx2(const uint8_t* group, const QuantizedActs& a, int t0,
                                                       float out[][kGroupRows]) {
-  const size_t bb = q_block_bytes(WeightFormat::Q4_0);
+  const size_t bb = q_block_bytes(DType::Q4_0);
   const __m256i low = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
   __m256 acc[NT];
   const int8_t* xq[NT];
@@ -215,7 +215,7 @@ __attribute__((target("avx2,fma,f16c"))) void q4_avx2(const uint8_t* group, cons
 template <int NT>
 __attribute__((target("avx2,fma,f16c"))) void q8_avx2(const uint8_t* group, const QuantizedActs& a, int t0,
                                                       float out[][kGroupRows]) {
-  const size_t bb = q_block_bytes(WeightFormat::Q8_0);
+  const size_t bb = q_block_bytes(DType::Q8_0);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT];
   const int8_t* xq[NT];
@@ -246,8 +246,8 @@ __attribute__((target("avx2,fma,f16c"))) void q8_avx2(const uint8_t* group, cons
 }
 
 template <int NT>
-void dispatch_nt(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, float out[][kGroupRows]) {
-  if (f == WeightFormat::Q4_0)
+void dispatch_nt(DType f, const uint8_t* group, const QuantizedActs& a, int t0, float out[][kGroupRows]) {
+  if (f == DType::Q4_0)
     q4_avx2<NT>(group, a, t0, out);
   else
     q8_avx2<NT>(group, a, t0, out);
@@ -256,7 +256,7 @@ void dispatch_nt(WeightFormat f, const uint8_t* group, const QuantizedActs& a, i
 }  // namespace
 #endif  // KVLM_X86
 
-void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
+void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
   KVLM_CHECK(nt >= 1 && nt <= 4, "qgemm_group takes 1 to 4 tokens, not ", nt);
 #if KVLM_X86
   if (isa_at_least(Isa::Avx2)) {

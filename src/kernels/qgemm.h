@@ -14,26 +14,26 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "kernels/dtype.h"
 
 namespace kvlm {
 
 class ThreadPool;
 
-enum class WeightFormat;
 
 constexpr int kGroupRows = 8;
 
 // Bytes of one packed block of 8 rows, and of a whole group over nb blocks.
-size_t q_block_bytes(WeightFormat f);
-inline size_t q_group_bytes(WeightFormat f, int nb) { return q_block_bytes(f) * nb; }
+size_t q_block_bytes(DType f);
+inline size_t q_group_bytes(DType f, int nb) { return q_block_bytes(f) * nb; }
 
 // Quantizes rows [out][in] (in a multiple of 32) and packs them; rows past `out` in the last
 // group are zero. Returns ceil(out/8) groups.
-Buffer<uint8_t> pack_quantized(WeightFormat f, const float* w, int out, int in);
+Buffer<uint8_t> pack_quantized(DType f, const float* w, int out, int in);
 // Packs rows stored as GGUF blocks ([f16 scale][quants], 34 / 18 bytes) as they are.
-Buffer<uint8_t> pack_gguf_blocks(WeightFormat f, const uint8_t* rows, int out, int in);
+Buffer<uint8_t> pack_gguf_blocks(DType f, const uint8_t* rows, int out, int in);
 // The f32 values packed weights stand for (as GGUF's dequantize gives them).
-void unpack_to_f32(WeightFormat f, const uint8_t* packed, int out, int in, float* w);
+void unpack_to_f32(DType f, const uint8_t* packed, int out, int in, float* w);
 
 // Activations quantized to Q8_0, one row per token.
 struct QuantizedActs {
@@ -46,12 +46,12 @@ struct QuantizedActs {
 };
 
 // out[t][i] = dot(row i of the group, token t0 + t), for nt <= 4 tokens.
-void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]);
+void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]);
 
 namespace scalar {
 // Same arithmetic in the same order (integer block sums, then one fused multiply-add per
 // block), so the result is bit-identical to the dispatched kernel.
-void qgemm_group(WeightFormat f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]);
+void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]);
 }  // namespace scalar
 
 }  // namespace kvlm

@@ -8,12 +8,12 @@
 
 namespace kvlm {
 
-ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int max_len, KvDtype dtype, int residual)
+ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int max_len, DType dtype, int residual)
     : kv_dim_(cfg.kv_dim()), max_len_(max_len), codec_{dtype, cfg.kv_dim(), cfg.head_dim} {
   if (max_len <= 0) fail("KV cache length must be positive, got ", max_len);
   if (residual < 0) fail("KV residual window must be >= 0, got ", residual);
-  if (!kv_dtype_fits(dtype, kv_dim_)) fail("KV dtype ", kv_dtype_name(dtype), " needs kv_dim divisible by 32, got ", kv_dim_);
-  const bool quantized = dtype != KvDtype::F32;
+  if (!kv_dtype_fits(dtype, kv_dim_)) fail("KV dtype ", dtype_name(dtype), " needs kv_dim divisible by 32, got ", kv_dim_);
+  const bool quantized = dtype != DType::F32;
   residual_ = quantized ? std::min(residual, max_len) : 0;
   for (int l = 0; l < cfg.n_layers; ++l) {
     int w = cfg.layer_window[l];
@@ -34,7 +34,7 @@ void ContiguousKvCache::grow(int positions) {
   // Geometric growth up to the limit: memory follows the sequence, never the --ctx ceiling.
   // A ring has not wrapped while positions <= its slots, so growing it keeps every slot in place.
   const int rows = std::min(max_len_, std::max(positions, std::max(64, 2 * rows_)));
-  const bool quantized = codec_.dtype != KvDtype::F32;
+  const bool quantized = codec_.dtype != DType::F32;
   const size_t add = bytes_for(rows) - bytes_allocated();
   if (add > (size_t{64} << 20)) check_memory_for(add, "the KV cache for " + std::to_string(rows) + " positions");
   for (size_t l = 0; l < slots_.size(); ++l) {
@@ -61,7 +61,7 @@ void ContiguousKvCache::encode_cold(int layer, int pos, const float* k, const fl
 KvLayerView ContiguousKvCache::view(int layer) const {
   KvLayerView v;
   v.ring_rows = slots_[layer];
-  if (codec_.dtype == KvDtype::F32) {
+  if (codec_.dtype == DType::F32) {
     v.k = k_[layer].data();
     v.v = v_[layer].data();
     return v;
@@ -88,7 +88,7 @@ void ContiguousKvCache::prepare(int pos, int n) {
 void ContiguousKvCache::store(int layer, int pos, int n, const float* k, const float* v) {
   if (pos < 0 || pos + n > max_len_) fail("KV cache overflow: position ", pos + n, " > capacity ", max_len_);
   grow(pos + n);  // normally done by prepare(); callers filling a cache directly rely on this
-  if (codec_.dtype != KvDtype::F32) {
+  if (codec_.dtype != DType::F32) {
     for (int t = 0; t < n; ++t) {
       const int p = pos + t;
       const float* kt = k + static_cast<size_t>(t) * kv_dim_;
@@ -144,7 +144,7 @@ KvSeqStats ContiguousKvCache::stats() const {
 }
 
 size_t ContiguousKvCache::bytes_for(int positions) const {
-  const bool quantized = codec_.dtype != KvDtype::F32;
+  const bool quantized = codec_.dtype != DType::F32;
   size_t b = 0;
   for (int slots : slots_) {
     size_t rows = static_cast<size_t>(std::min(positions, slots));

@@ -81,7 +81,7 @@ class KvCache {
 // each position is encoded as it leaves that window (HF's quantized cache keeps 128 there).
 class ContiguousKvCache : public KvCache {
  public:
-  ContiguousKvCache(const ModelConfig& cfg, int max_len, KvDtype dtype = KvDtype::F32, int residual = 0);
+  ContiguousKvCache(const ModelConfig& cfg, int max_len, DType dtype = DType::F32, int residual = 0);
 
   int length() const override { return length_; }
   int capacity() const override { return max_len_; }
@@ -91,7 +91,7 @@ class ContiguousKvCache : public KvCache {
   const float* key(int layer, int pos) const { return k_[layer].data() + slot(layer, pos); }
   const float* value(int layer, int pos) const { return v_[layer].data() + slot(layer, pos); }
   KvLayerView view(int layer) const override;
-  KvDtype dtype() const { return codec_.dtype; }
+  DType dtype() const { return codec_.dtype; }
   void set_length(int n) override;
   size_t bytes_allocated() const override;
   std::unique_ptr<KvCache> fork() const override { return std::make_unique<ContiguousKvCache>(*this); }

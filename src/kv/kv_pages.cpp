@@ -9,12 +9,12 @@
 
 namespace kvlm {
 
-size_t KvPages::block_bytes(const ModelConfig& cfg, int block_size, KvDtype dtype) {
+size_t KvPages::block_bytes(const ModelConfig& cfg, int block_size, DType dtype) {
   const KvRowCodec row{dtype, cfg.kv_dim(), cfg.head_dim};
   return 2ull * cfg.n_layers * static_cast<size_t>(block_size) * row.bytes();
 }
 
-KvPages::KvPages(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype dtype, Device device)
+KvPages::KvPages(const ModelConfig& cfg, int block_size, int num_blocks, DType dtype, Device device)
     : block_size_(block_size),
       num_blocks_(num_blocks),
       kv_dim_(cfg.kv_dim()),
@@ -23,7 +23,7 @@ KvPages::KvPages(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype
       device_(device) {
   if (block_size < 1 || block_size > 4096) fail("block size must be in 1..4096, got ", block_size);
   if (num_blocks < 1) fail("the KV pool needs at least one block, got ", num_blocks);
-  if (!kv_dtype_fits(dtype, kv_dim_)) fail("KV dtype ", kv_dtype_name(dtype), " needs kv_dim divisible by 32, got ", kv_dim_);
+  if (!kv_dtype_fits(dtype, kv_dim_)) fail("KV dtype ", dtype_name(dtype), " needs kv_dim divisible by 32, got ", kv_dim_);
   for (int l = 0; l < cfg.n_layers; ++l) {
     const int w = l < static_cast<int>(cfg.layer_window.size()) ? cfg.layer_window[l] : 0;
     if (w <= 0) {
@@ -37,7 +37,7 @@ KvPages::KvPages(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype
                    "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + " tokens");
   const size_t rows = static_cast<size_t>(num_blocks) * block_size;
   for (int l = 0; l < cfg.n_layers; ++l) {
-    if (dtype == KvDtype::F32) {
+    if (dtype == DType::F32) {
       k_.emplace_back(rows * kv_dim_, device);
       v_.emplace_back(rows * kv_dim_, device);
     } else {

@@ -18,10 +18,10 @@ namespace kvlm {
 
 class KvPages {
  public:
-  KvPages(const ModelConfig& cfg, int block_size, int num_blocks, KvDtype dtype = KvDtype::F32,
+  KvPages(const ModelConfig& cfg, int block_size, int num_blocks, DType dtype = DType::F32,
           Device device = Device::Host);
   // Bytes one block of `block_size` positions takes (K and V, every layer), before any exists.
-  static size_t block_bytes(const ModelConfig& cfg, int block_size, KvDtype dtype);
+  static size_t block_bytes(const ModelConfig& cfg, int block_size, DType dtype);
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }
@@ -29,7 +29,7 @@ class KvPages {
   int n_layers() const { return n_layers_; }
   size_t bytes_per_block() const { return bytes_per_block_; }
   const KvRowCodec& codec() const { return codec_; }
-  KvDtype dtype() const { return codec_.dtype; }
+  DType dtype() const { return codec_.dtype; }
   Device device() const { return device_; }
   // Positions older than (newest - window + 1) are never attended again, so their blocks can be
   // freed: the largest layer window, or 0 when some layer attends globally (nothing is freed).

@@ -11,7 +11,7 @@ KvLedger compute_ledger(const BlockPool& pool, const KvPages& pages, const std::
   L.num_blocks = pool.num_blocks();
   L.n_layers = pages.n_layers();
   L.bytes_per_block = pool.bytes_per_block();
-  L.page_dtype = kv_dtype_name(pages.dtype());
+  L.page_dtype = dtype_name(pages.dtype());
   L.capacity_bytes = L.bytes_per_block * L.num_blocks;
   std::vector<int> filled(L.num_blocks, 0);  // most slots any sequence fills in each block
   for (auto& [id, cache] : seqs) {

@@ -18,7 +18,7 @@ PagedKvCache::PagedKvCache(KvPages& pages, BlockPool& pool, PagedKvOptions opt)
       fail("attention sinks need a RoPE model: moved keys are re-rotated to their new index");
     // A quantized page would be decoded, rotated and encoded again at every eviction: rounding
     // error that piles up, unlike the f32 rows the contiguous sink cache moves.
-    if (pages.dtype() != KvDtype::F32) fail("attention sinks need f32 KV pages, not ", kv_dtype_name(pages.dtype()));
+    if (pages.dtype() != DType::F32) fail("attention sinks need f32 KV pages, not ", dtype_name(pages.dtype()));
     const int64_t slots = static_cast<int64_t>(opt.sinks) + opt.window;
     if (opt.max_len > 0 && slots > opt.max_len)
       fail("sink tokens + window (", slots, ") exceed the context of ", opt.max_len, " tokens");
@@ -28,7 +28,7 @@ PagedKvCache::PagedKvCache(KvPages& pages, BlockPool& pool, PagedKvOptions opt)
     rope_ = opt.rope;
   }
   if (max_len_ <= 0) fail("KV cache length must be positive, got ", max_len_);
-  if (pages.dtype() != KvDtype::F32 && opt.residual > 0) {
+  if (pages.dtype() != DType::F32 && opt.residual > 0) {
     residual_ = std::min(opt.residual, max_len_);
     const size_t n = static_cast<size_t>(residual_) * pages.kv_dim();
     ring_k_.assign(pages.n_layers(), std::vector<float>(n));
@@ -172,7 +172,7 @@ void PagedKvCache::store(int layer, int pos, int n, const float* k, const float*
     const float* kt = k + static_cast<size_t>(t) * dim;
     const float* vt = v + static_cast<size_t>(t) * dim;
     const size_t slot = static_cast<size_t>(p % bs);
-    if (codec.dtype == KvDtype::F32) {
+    if (codec.dtype == DType::F32) {
       std::memcpy(pages_.k(layer, table_[b]) + slot * dim, kt, dim * sizeof(float));
       std::memcpy(pages_.v(layer, table_[b]) + slot * dim, vt, dim * sizeof(float));
       continue;
@@ -192,7 +192,7 @@ KvLayerView PagedKvCache::view(int layer) const {
   KvLayerView v;
   v.block_table = table_.data();  // kFreed entries: blocks that left the window, never read
   v.block_size = pool_.block_size();
-  if (pages_.dtype() == KvDtype::F32) {
+  if (pages_.dtype() == DType::F32) {
     v.k = pages_.k(layer, 0);
     v.v = pages_.v(layer, 0);
     return v;

@@ -12,7 +12,7 @@ Linear bind_linear(const TensorSource& s, const std::string& name, int out, int 
   const TensorInfo& t = s.get(name + ".weight");
   if ((t.dtype == DType::Q8_0 || t.dtype == DType::Q4_0) && t.shape == std::vector<int64_t>{out, in} &&
       t.nbytes == static_cast<size_t>(out) * dtype_row_bytes(t.dtype, in, t.name)) {
-    l.fmt = t.dtype == DType::Q8_0 ? WeightFormat::Q8_0 : WeightFormat::Q4_0;
+    l.fmt = t.dtype;
     l.packed = pack_gguf_blocks(l.fmt, t.data, out, in);
   } else {
     l.w = s.read_f32(name + ".weight", {out, in});
@@ -35,7 +35,7 @@ Linear bind_conv1d(const TensorSource& s, const std::string& name, int in, int o
 
 Linear split_rows(const Linear& packed_or_f32, int first, int count) {
   Linear fused = packed_or_f32;
-  fused.convert(WeightFormat::F32);
+  fused.convert(DType::F32);
   Linear l;
   l.out = count;
   l.in = fused.in;

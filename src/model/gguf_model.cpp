@@ -114,10 +114,8 @@ std::unique_ptr<Model> load_gguf_model(const GgufFile& g) {
   for (const char* probe : {"blk.0.attn_q.weight", "blk.0.attn_qkv.weight"})
     if (g.tensors.has(probe)) {
       DType t = g.tensors.get(probe).dtype;
-      // Q4_K / Q6_K run dequantized to f32; F16 stays F16 and BF16 stays BF16.
-      m->stored_format = t == DType::Q8_0 ? WeightFormat::Q8_0 : t == DType::Q4_0 ? WeightFormat::Q4_0
-                         : t == DType::F16 ? WeightFormat::F16 : t == DType::BF16 ? WeightFormat::BF16
-                                                               : WeightFormat::F32;
+      // A type Linear runs keeps its type (f16 stays f16); Q4_K / Q6_K run widened to f32.
+      m->stored_format = dtype_traits(t).roles & kAsWeights ? t : DType::F32;
     }
   TensorSource renamed;
   for (const auto& [name, t] : g.tensors.all()) {

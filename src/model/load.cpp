@@ -51,7 +51,7 @@ void Model::check_shapes(const std::string& source) const {
     if (l.out != out || l.in != in)
       fail(source, ": ", what, " is [", l.out, ", ", l.in, "], the config needs [", out, ", ", in, "]");
     if (!l.b.empty()) need(l.b.size(), static_cast<size_t>(out), what + " bias");
-    if (l.fmt == WeightFormat::F32) need(l.w.size(), static_cast<size_t>(out) * in, what);
+    if (l.fmt == DType::F32) need(l.w.size(), static_cast<size_t>(out) * in, what);
   };
   const size_t dim = c.dim;
   need(tok_emb.size(), static_cast<size_t>(c.vocab_size) * dim, "token embedding");
@@ -118,9 +118,7 @@ std::unique_ptr<Model> load_hf(const fs::path& dir) {
   for (const char* probe : {"model.layers.0.self_attn.q_proj.weight", "transformer.h.0.attn.c_attn.weight",
                             "h.0.attn.c_attn.weight", "transformer.h.0.attn.attention.q_proj.weight"})
     if (src.has(probe))  // half precision stays in its own type: f16 is never narrowed to bf16
-      m->stored_format = src.get(probe).dtype == DType::F16    ? WeightFormat::F16
-                         : src.get(probe).dtype == DType::BF16 ? WeightFormat::BF16
-                                                               : WeightFormat::F32;
+      m->stored_format = dtype_traits(src.get(probe).dtype).roles & kAsWeights ? src.get(probe).dtype : DType::F32;
   family_named(m->cfg.arch, dir.string()).bind(src, *m, TensorLayout::HuggingFace);
   m->init_rope();
   return m;
@@ -180,9 +178,9 @@ ModelConfig load_model_config(const std::string& path, size_t* weight_bytes) {
   return c;
 }
 
-int Model::convert_weights(WeightFormat f) {
+int Model::convert_weights(DType f) {
   int kept = 0;
-  if (f != WeightFormat::F32 && cfg.tied_embeddings && lm_head.out == 0) {
+  if (f != DType::F32 && cfg.tied_embeddings && lm_head.out == 0) {
     lm_head.out = cfg.vocab_size;  // the head gets its own (smaller) copy; tok_emb stays f32
     lm_head.in = cfg.dim;
     lm_head.w = tok_emb;
@@ -211,8 +209,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& we
     m = load_llama2c(path);
   }
   m->check_shapes(path);
-  WeightFormat f = weights.empty() ? m->stored_format : parse_weight_format(weights);
-  if (f != WeightFormat::F32) m->convert_weights(f);
+  DType f = weights.empty() ? m->stored_format : parse_dtype(weights, kAsWeights, "weight type");
+  if (f != DType::F32) m->convert_weights(f);
   return m;
 }
 

@@ -27,7 +27,7 @@ struct Model {
   Buffer<float> final_norm, final_norm_bias;  // [dim]
   Linear lm_head;                              // [vocab][dim]; empty when tied to tok_emb
   RopeTable rope;                              // RoPE inverse frequencies (none without RoPE)
-  WeightFormat stored_format = WeightFormat::F32;  // the matrices' type in the file (load keeps it)
+  DType stored_format = DType::F32;  // the matrices' type in the file (load keeps it)
 
   // Bytes of all weights (what one decode step must read at least once).
   size_t weight_bytes() const;
@@ -39,7 +39,7 @@ struct Model {
   void check_shapes(const std::string& source) const;
   // Re-encodes every matrix (and the LM head, untied for the purpose) as `f`. Matrices whose
   // rows are not a multiple of 32 stay f32; returns how many did.
-  int convert_weights(WeightFormat f);
+  int convert_weights(DType f);
 };
 
 // Loads a llama2.c .bin checkpoint, a GGUF file or a Hugging Face folder (config.json +

@@ -90,7 +90,7 @@ class LLM {
   LLM(const std::string& path, const std::string& tokenizer, const std::string& weights, const std::string& kv_dtype,
       int kv_residual, int kv_capacity, int threads, int context, const std::string& chat_template,
       const std::string& preset, uint64_t seed)
-      : kv_dtype_(parse_kv_dtype(kv_dtype)), kv_residual_(kv_residual), kv_capacity_(kv_capacity) {
+      : kv_dtype_(parse_dtype(kv_dtype, kInKvPages, "KV dtype")), kv_residual_(kv_residual), kv_capacity_(kv_capacity) {
     if (threads < 0 || threads > ThreadPool::kMaxThreads) fail("threads must be in [0, ", ThreadPool::kMaxThreads, "]");
     if (kv_residual < 0) fail("kv_residual must be >= 0");
     if (kv_capacity < 0) fail("kv_capacity must be >= 0 (tokens; 0 = as needed)");
@@ -176,7 +176,7 @@ class LLM {
     const GenerateResult& r = g.result();
     const char* reason = text.stopped() ? "stop" : finish_reason_name(r.finish);
     std::lock_guard<std::mutex> lock(ledger_mu_);
-    last_ledger_ = {{"layout", "contiguous"}, {"kv_dtype", kv_dtype_name(kv_dtype_)}, {"bytes", r.kv_cache_bytes},
+    last_ledger_ = {{"layout", "contiguous"}, {"kv_dtype", dtype_name(kv_dtype_)}, {"bytes", r.kv_cache_bytes},
                     {"tokens", prompt.size() + r.generated.size()}};
     return result_json(r.generated, out, reason, r.ttft_ms, r.tpot_ms(), prompt.size(), r.kv_cache_bytes);
   }
@@ -277,7 +277,7 @@ class LLM {
     return {{"arch", c.arch}, {"layers", c.n_layers}, {"dim", c.dim}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
             {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"context", context_}, {"bos_id", c.bos_id},
             {"eos_id", c.eos_id}, {"weight_bytes", model_->weight_bytes()}, {"threads", pool_->size()},
-            {"kv_dtype", kv_dtype_name(kv_dtype_)}, {"kv_bytes_per_token", c.kv_bytes_per_token(4)},
+            {"kv_dtype", dtype_name(kv_dtype_)}, {"kv_bytes_per_token", c.kv_bytes_per_token(4)},
             {"has_chat_template", template_ != nullptr}, {"has_tokenizer", tok_ != nullptr},
             {"preset_prompt_ids", preset_ ? json(preset_prompt_ids(c)) : json(nullptr)}};
   }
@@ -308,7 +308,7 @@ class LLM {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<ChatTemplate> template_;
-  KvDtype kv_dtype_;
+  DType kv_dtype_;
   int kv_residual_, kv_capacity_, context_ = 0;
   mutable std::mutex ledger_mu_;
   json last_ledger_ = json::object();

@@ -1,0 +1,177 @@
+// The dtype table. The ggml block decoders follow ggml-quants.c (dequantize_row_q8_0 / q4_0 /
+// q4_K / q6_K), checked against the PyPI gguf package in tests/gguf_test.cpp.
+#include "kernels/dtype.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "kernels/dot.h"
+#include "kernels/quantize.h"
+
+namespace kvlm {
+
+namespace {
+
+float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// Q4_K packs 8 sub-block scales and mins in 6 bits each into 12 bytes.
+void q4k_scale_min(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
+  if (j < 4) {
+    d = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void q8_0(const uint8_t* b, float* y) {
+  float d = f16_at(b);
+  const int8_t* q = reinterpret_cast<const int8_t*>(b + 2);
+  for (int i = 0; i < 32; ++i) y[i] = d * q[i];
+}
+
+void q4_0(const uint8_t* b, float* y) {
+  float d = f16_at(b);
+  const uint8_t* q = b + 2;
+  for (int i = 0; i < 16; ++i) {
+    y[i] = d * ((q[i] & 0xF) - 8);
+    y[i + 16] = d * ((q[i] >> 4) - 8);
+  }
+}
+
+void q4_k(const uint8_t* b, float* y) {
+  float d = f16_at(b), dmin = f16_at(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* q = b + 16;
+  for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+    uint8_t sc, m;
+    q4k_scale_min(is, scales, sc, m);
+    float d1 = d * sc, m1 = dmin * m;
+    q4k_scale_min(is + 1, scales, sc, m);
+    float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) y[j + l] = d1 * (q[l] & 0xF) - m1;
+    for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * (q[l] >> 4) - m2;
+  }
+}
+
+void q6_k(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  float d = f16_at(b + 208);
+  for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8) {
+    for (int l = 0; l < 32; ++l) {
+      int is = l / 16;
+      int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[n + l] = d * sc[is + 0] * q1;
+      y[n + l + 32] = d * sc[is + 2] * q2;
+      y[n + l + 64] = d * sc[is + 4] * q3;
+      y[n + l + 96] = d * sc[is + 6] * q4;
+    }
+  }
+}
+
+// Plain and block types, widened row by row.
+void f32_to(const uint8_t* s, float* d, size_t n) { std::memcpy(d, s, n * 4); }
+template <float (*widen)(uint16_t)>
+void half_to(const uint8_t* s, float* d, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, s + 2 * i, 2);
+    d[i] = widen(h);
+  }
+}
+template <void (*block)(const uint8_t*, float*), size_t values, size_t bytes>
+void blocks_to(const uint8_t* s, float* d, size_t n) {
+  for (size_t i = 0; i < n / values; ++i) block(s + i * bytes, d + i * values);
+}
+
+void f32_from(const float* s, uint8_t* d, size_t n) { std::memcpy(d, s, n * 4); }
+template <uint16_t (*narrow)(float)>
+void half_from(const float* s, uint8_t* d, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = narrow(s[i]);
+    std::memcpy(d + 2 * i, &h, 2);
+  }
+}
+// ggml's block layout: the scale as f16, then the quants (quantize_row_q8_0_ref's rounding).
+void q8_0_from(const float* s, uint8_t* d, size_t n) {
+  for (size_t b = 0; b < n / 32; ++b, d += 34) {
+    float scale;
+    quantize_row_q8_0(s + b * 32, 32, &scale, reinterpret_cast<int8_t*>(d + 2));
+    const uint16_t h = f32_to_f16(scale);
+    std::memcpy(d, &h, 2);
+  }
+}
+void q4_0_from(const float* s, uint8_t* d, size_t n) {
+  for (size_t b = 0; b < n / 32; ++b, d += 18) {
+    float scale;
+    quantize_row_q4_0(s + b * 32, 32, &scale, d + 2);
+    const uint16_t h = f32_to_f16(scale);
+    std::memcpy(d, &h, 2);
+  }
+}
+
+float f32_dot(const void* w, const float* x, int n) { return dot_f32(static_cast<const float*>(w), x, n); }
+float f16_dot(const void* w, const float* x, int n) { return dot_f16(static_cast<const uint16_t*>(w), x, n); }
+float bf16_dot(const void* w, const float* x, int n) { return dot_bf16(static_cast<const uint16_t*>(w), x, n); }
+
+constexpr unsigned kAll = kInFiles | kAsWeights | kInKvPages;
+
+// In DType's order.
+const DTypeTraits kTable[] = {
+    {DType::F32, "f32", 1, 4, kAll, f32_to, f32_from, f32_dot},
+    {DType::F16, "f16", 1, 2, kInFiles | kAsWeights, half_to<f16_to_f32>, half_from<f32_to_f16>, f16_dot},
+    {DType::BF16, "bf16", 1, 2, kAll, half_to<bf16_to_f32>, half_from<f32_to_bf16>, bf16_dot},
+    {DType::Q8_0, "q8_0", 32, 34, kInFiles | kAsWeights, blocks_to<q8_0, 32, 34>, q8_0_from, nullptr},
+    {DType::Q4_0, "q4_0", 32, 18, kInFiles | kAsWeights, blocks_to<q4_0, 32, 18>, q4_0_from, nullptr},
+    {DType::Q4_K, "q4_k", 256, 144, kInFiles, blocks_to<q4_k, 256, 144>, nullptr, nullptr},
+    {DType::Q6_K, "q6_k", 256, 210, kInFiles, blocks_to<q6_k, 256, 210>, nullptr, nullptr},
+    // KV codecs: rows with their scales beside them (kernels/kv_quant.h), no file layout.
+    {DType::Int8, "int8", 0, 0, kInKvPages, nullptr, nullptr, nullptr},
+    {DType::Int4, "int4", 32, 0, kInKvPages, nullptr, nullptr, nullptr},
+};
+
+}  // namespace
+
+const DTypeTraits& dtype_traits(DType t) {
+  const auto i = static_cast<size_t>(t);
+  KVLM_CHECK(i < std::size(kTable) && kTable[i].type == t, "dtype table out of order at ", i);
+  return kTable[i];
+}
+
+const char* dtype_name(DType t) { return dtype_traits(t).name; }
+
+DType parse_dtype(const std::string& name, DTypeRole role, const char* what) {
+  std::string known;
+  for (const DTypeTraits& r : kTable) {
+    if (!(r.roles & role)) continue;
+    if (name == r.name) return r.type;
+    known += (known.empty() ? "" : ", ") + std::string(r.name);
+  }
+  fail("unknown ", what, " '", name, "' (known: ", known, ")");
+}
+
+uint64_t dtype_row_bytes(DType t, uint64_t n, const std::string& what) {
+  const DTypeTraits& r = dtype_traits(t);
+  KVLM_CHECK(r.block_bytes > 0, dtype_name(t), " has no file layout");
+  if (n % r.block != 0) fail(what, ": row of ", n, " values is not a multiple of the ", r.name, " block (", r.block, ")");
+  return checked_mul(n / r.block, r.block_bytes, what);
+}
+
+void dequantize(DType t, const uint8_t* src, float* dst, size_t n) {
+  const DTypeTraits& r = dtype_traits(t);
+  KVLM_CHECK(r.to_float, dtype_name(t), " has no file layout to widen");
+  r.to_float(src, dst, n);
+}
+
+}  // namespace kvlm
