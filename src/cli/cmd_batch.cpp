@@ -14,7 +14,7 @@ namespace kvlm::cli {
 
 namespace {
 
-struct BatchArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs, SinkArgs {
+struct BatchArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs, SinkArgs, KvTierArgs {
   std::string prompts;
   int max_new_tokens = 64, max_batch_tokens = 4096;
   bool json = false, no_prefix_cache = false, ignore_eos = false, kv_stats = false;
@@ -39,6 +39,7 @@ int run_batch(const BatchArgs& a) {
   eo.kv_residual = a.kv_residual;
   eo.sink_tokens = a.sink_tokens;
   eo.window = a.window;
+  eo.tiers = kv_tier_options(a);
   // Default pool: room for every sequence at its full length, which the context caps.
   const size_t ctx = static_cast<size_t>(model->cfg.max_seq_len);
   size_t need = 0;
@@ -123,6 +124,7 @@ Runner add_batch(CLI::App& app) {
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens per prompt (default 64)")->check(CLI::Range(1, 1 << 24));
   add_kv_pool_options(sub, *a);
   add_sink_options(sub, *a);
+  add_kv_tier_options(sub, *a);
   add_kv_codec_options(sub, *a);
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")
       ->check(CLI::Range(1, 1 << 24));

@@ -15,7 +15,7 @@ namespace kvlm::cli {
 
 namespace {
 
-struct GenerateArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs, SinkArgs {
+struct GenerateArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs, SinkArgs, KvTierArgs {
   std::string prompt, layout = "paged";
   int max_new_tokens = 128, ctx = 0, parallel = 1;
   bool no_kv_cache = false, json = false, ignore_eos = false, kv_stats = false;
@@ -82,6 +82,7 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
   eo.kv_residual = opt.kv_residual;
   eo.sink_tokens = a.sink_tokens;
   eo.window = a.window;
+  eo.tiers = kv_tier_options(a);
   if (!a.kv_capacity.empty())
     eo.num_blocks = parse_kv_capacity(a.kv_capacity, KvPages::block_bytes(m.cfg, a.block_size, opt.kv_dtype), a.block_size);
   Engine e(m, eo);
@@ -153,6 +154,8 @@ int run_generate(const GenerateArgs& a) {
   if (a.layout != "paged" && a.layout != "contiguous") fail("--kv-layout must be paged or contiguous");
   if (a.parallel > 1 && (a.no_kv_cache || a.layout != "paged")) fail("--parallel needs the paged KV cache");
   if (a.window > 0 && a.no_kv_cache) fail("--window (attention sinks) needs the KV cache");
+  if ((!a.kv_host_capacity.empty() || !a.kv_disk_dir.empty()) && (a.no_kv_cache || a.layout != "paged"))
+    fail("--kv-host-capacity and --kv-disk-dir need the paged KV cache");
   const DType kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");  // before the (slow) model load
   auto model = load_model(a.model, a.weights);
   if (a.window > 0 && model->cfg.rope == RopeKind::None)
@@ -236,6 +239,7 @@ Runner add_generate(CLI::App& app) {
   add_kv_codec_options(sub, *a);
   add_sink_options(sub, *a);
   add_kv_pool_options(sub, *a);
+  add_kv_tier_options(sub, *a);
   sub->add_flag("--kv-stats", a->kv_stats, "print the KV memory ledger at its peak");
   sub->add_option("--parallel", a->parallel, "sample K continuations that share the prompt's KV blocks")
       ->check(CLI::Range(1, 1024));

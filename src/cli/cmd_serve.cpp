@@ -17,7 +17,7 @@ namespace kvlm::cli {
 
 namespace {
 
-struct ServeArgs : ModelArgs, KvCodecArgs, KvPoolArgs {
+struct ServeArgs : ModelArgs, KvCodecArgs, KvPoolArgs, KvTierArgs {
   std::string chat_template, host = "127.0.0.1", model_name;
   int port = 8080, max_seqs = 16, ctx = 0, max_batch_tokens = 4096;
   int http_threads = 0;  // 0: max(64, 2 x --max-seqs + 4) (an open connection holds its thread)
@@ -100,6 +100,7 @@ int run_serve(const ServeArgs& a) {
       eo.max_seqs = a.max_seqs;
       eo.max_batch_tokens = a.max_batch_tokens;
       eo.prefix_cache = !a.no_prefix_cache;
+      eo.tiers = kv_tier_options(a);
       const size_t block_bytes = KvPages::block_bytes(model->cfg, a.block_size, kv_dtype);
       if (a.kv_blocks > 0) {
         eo.num_blocks = a.kv_blocks;
@@ -156,6 +157,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--chat-template", a->chat_template, "Jinja chat template file (default: the model's own)");
   add_kv_codec_options(sub, *a);
   add_kv_pool_options(sub, *a);
+  add_kv_tier_options(sub, *a);
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens computed per step (default 4096)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--http-threads", a->http_threads, "HTTP worker threads: an open connection holds one, asleep while it waits (default: the larger of 64 and 2 x --max-seqs + 4)")

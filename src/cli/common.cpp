@@ -71,6 +71,22 @@ std::vector<int> parse_ids(const std::string& s) {
   return ids;
 }
 
+size_t parse_bytes(const std::string& spec, const std::string& flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(spec, &used);
+  } catch (...) {
+    used = 0;
+  }
+  const std::string unit = used ? spec.substr(used) : "";
+  const double mult = unit.empty() || unit == "B" ? 1 : unit == "KB" ? 1e3 : unit == "MB" ? 1e6 : unit == "GB" ? 1e9
+                      : unit == "KiB" ? 1024.0 : unit == "MiB" ? 1048576.0 : unit == "GiB" ? 1073741824.0 : 0;
+  if (used == 0 || mult == 0 || !(v > 0) || v * mult >= 1e15)
+    fail(flag, " '", spec, "': expected a size such as 512MB or 2GB (B, KB, MB, GB, KiB, MiB, GiB)");
+  return static_cast<size_t>(v * mult);
+}
+
 int parse_kv_capacity(const std::string& spec, size_t bytes_per_block, int block_size) {
   size_t used = 0;
   double v = 0;

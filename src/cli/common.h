@@ -25,6 +25,8 @@ std::unique_ptr<Model> model_or_preset(const std::string& model, const std::stri
 // "1,2,3" -> {1,2,3}; throws on anything else.
 std::vector<int> parse_ids(const std::string& s);
 // KV pool capacity from "<N>tok" (or a bare number: tokens), "<N>KB|MB|GB|B": blocks of the pool.
+// "512MB", "2GB", "64KiB", "1000" (bytes): a positive size; throws naming the flag.
+size_t parse_bytes(const std::string& spec, const std::string& flag);
 int parse_kv_capacity(const std::string& spec, size_t bytes_per_block, int block_size);
 std::string json_escape_utf8(const std::string& s);
 

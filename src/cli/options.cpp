@@ -1,5 +1,7 @@
 #include "cli/options.h"
 
+#include "cli/common.h"
+
 namespace kvlm::cli {
 
 void add_model_options(CLI::App* sub, ModelArgs& a, unsigned which, const std::string& model_help) {
@@ -22,6 +24,22 @@ void add_kv_pool_options(CLI::App* sub, KvPoolArgs& a) {
   sub->add_option("--kv-capacity", a.kv_capacity, "KV pool capacity: tokens (4096 or 4096tok) or bytes (64MB, 1GB)");
   sub->add_option("--kv-blocks", a.kv_blocks, "KV pool size in blocks (default: what the run needs)")
       ->check(CLI::Range(1, 1 << 24));
+}
+
+void add_kv_tier_options(CLI::App* sub, KvTierArgs& a) {
+  sub->add_option("--kv-host-capacity", a.kv_host_capacity,
+                  "keep prefix blocks evicted from the pool in host memory, up to SIZE (e.g. 2GB)");
+  sub->add_option("--kv-disk-dir", a.kv_disk_dir,
+                  "write prefix blocks to DIR and read them back on a hit, across restarts");
+  sub->add_option("--kv-disk-capacity", a.kv_disk_capacity, "bytes of block files kept in --kv-disk-dir (default 4GB)");
+}
+
+KvTierOptions kv_tier_options(const KvTierArgs& a) {
+  KvTierOptions o;
+  if (!a.kv_host_capacity.empty()) o.host_capacity = parse_bytes(a.kv_host_capacity, "--kv-host-capacity");
+  o.disk_dir = a.kv_disk_dir;
+  if (!a.kv_disk_dir.empty()) o.disk_capacity = parse_bytes(a.kv_disk_capacity, "--kv-disk-capacity");
+  return o;
 }
 
 void add_sink_options(CLI::App* sub, SinkArgs& a) {

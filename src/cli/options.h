@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kv/kv_tiers.h"
+
 namespace kvlm::cli {
 
 // --model, --weights, --tokenizer.
@@ -34,6 +36,16 @@ struct KvPoolArgs {
   int kv_blocks = 0;        // 0 = the command's default pool
 };
 void add_kv_pool_options(CLI::App* sub, KvPoolArgs& a);
+
+// KV tiers below the pool: --kv-host-capacity, --kv-disk-dir, --kv-disk-capacity.
+struct KvTierArgs {
+  std::string kv_host_capacity;  // "" = no host tier
+  std::string kv_disk_dir;       // "" = no disk tier
+  std::string kv_disk_capacity = "4GB";
+};
+void add_kv_tier_options(CLI::App* sub, KvTierArgs& a);
+// The engine's tier options from the flags (sizes parsed: B, KB, MB, GB, KiB, MiB, GiB).
+KvTierOptions kv_tier_options(const KvTierArgs& a);
 
 // Attention sinks (StreamingLLM): --window, --sink-tokens.
 struct SinkArgs {

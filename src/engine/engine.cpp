@@ -24,6 +24,11 @@ Engine::Engine(const Model& m, EngineOptions opt) : model_(m), opt_(opt) {
   pages_ = std::make_unique<KvPages>(m.cfg, opt_.block_size, opt_.num_blocks, opt_.kv_dtype,
                                      Context::or_this_thread(opt_.exec).device());
   pool_ = std::make_unique<BlockPool>(*pages_);
+  if (opt_.tiers.enabled()) {
+    if (!opt_.prefix_cache) fail("KV tiers hold prefix blocks: they need the prefix cache");
+    tiers_ = std::make_unique<KvTiers>(*pages_, m.fingerprint, opt_.tiers);
+    pool_->set_listener(tiers_.get());
+  }
   if (streams()) {
     make_cache("");  // refuses a model without RoPE, quantized pages, or sinks + window past the context
     const int footprint = (opt_.sink_tokens + opt_.window + opt_.block_size - 1) / opt_.block_size;
@@ -35,6 +40,7 @@ Engine::Engine(const Model& m, EngineOptions opt) : model_(m), opt_(opt) {
 
 std::unique_ptr<KvCache> Engine::make_cache(const std::string& salt) const {
   PagedKvOptions o{opt_.context, salt, opt_.kv_residual};
+  o.tiers = tiers_.get();
   if (streams()) {
     o.sinks = opt_.sink_tokens;
     o.window = opt_.window;
@@ -52,6 +58,7 @@ int Engine::reserved_by_running() const {
 
 Engine::~Engine() {
   for (auto& [id, s] : seqs_) s->cache.reset();  // blocks go back before the pool dies
+  if (pool_) pool_->set_listener(nullptr);
 }
 
 double Engine::now_ms() const { return clock_ms(); }
@@ -317,7 +324,9 @@ KvLedger Engine::ledger() const {
   std::vector<std::pair<int, const KvCache*>> caches;
   for (auto& [id, s] : seqs_)
     if (s->cache) caches.push_back({id, s->cache.get()});
-  return compute_ledger(*pool_, *pages_, caches);
+  KvLedger L = compute_ledger(*pool_, *pages_, caches);
+  if (tiers_) L.tiers = tiers_->stats().to_json();
+  return L;
 }
 
 }  // namespace kvlm

@@ -13,6 +13,7 @@
 #include "kernels/context.h"
 #include "kv/ledger.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_tiers.h"
 #include "model/model.h"
 
 namespace kvlm {
@@ -31,6 +32,7 @@ struct EngineOptions {
   // blocks are bounded, so admission reserves them all: a stream is never preempted.
   int sink_tokens = 4;
   int window = 0;
+  KvTierOptions tiers = {};      // host-memory and disk tiers below the pool (kv/kv_tiers.h)
   Context* exec = nullptr;       // execution context of the steps; null = the stepping thread's default
 };
 
@@ -97,6 +99,7 @@ class Engine {
   const EngineStats& stats() const { return stats_; }
   BlockPool& pool() { return *pool_; }
   KvPages& pages() { return *pages_; }
+  KvTiers* tiers() { return tiers_.get(); }  // null without tiers
   const EngineOptions& options() const { return opt_; }
 
  private:
@@ -118,6 +121,7 @@ class Engine {
   EngineOptions opt_;
   std::unique_ptr<KvPages> pages_;  // the backend's storage of every block
   std::unique_ptr<BlockPool> pool_;  // block ids, reference counts, the prefix index
+  std::unique_ptr<KvTiers> tiers_;   // where evicted prefix blocks go, and come back from
   std::map<int, std::unique_ptr<Sequence>> seqs_;
   std::deque<int> waiting_;
   std::vector<int> running_;  // admission order

@@ -1,28 +1,18 @@
 #include "kv/block_pool.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/sha256.h"
 
 namespace kvlm {
 
 BlockHash chain_block_hash(const BlockHash* parent, const std::string& salt, const int* tokens, int n) {
-  BlockHash out{};
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  unsigned int len = 0;
-  uint64_t salt_len = salt.size();
-  bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1 &&
-            (!parent || EVP_DigestUpdate(ctx, parent->data(), parent->size()) == 1) &&
-            EVP_DigestUpdate(ctx, &salt_len, sizeof salt_len) == 1 &&
-            EVP_DigestUpdate(ctx, salt.data(), salt.size()) == 1 &&
-            EVP_DigestUpdate(ctx, tokens, sizeof(int) * static_cast<size_t>(n)) == 1 &&
-            EVP_DigestFinal_ex(ctx, out.data(), &len) == 1;
-  EVP_MD_CTX_free(ctx);
-  KVLM_CHECK(ok && len == out.size(), "SHA-256 failed");
-  return out;
+  Sha256 h;
+  if (parent) h.update(parent->data(), parent->size());
+  h.add(static_cast<uint64_t>(salt.size())).update(salt.data(), salt.size());
+  return h.update(tokens, sizeof(int) * static_cast<size_t>(n)).digest();
 }
 
 BlockPool::BlockPool(int num_blocks, int block_size, size_t bytes_per_block)
@@ -34,6 +24,7 @@ BlockPool::BlockPool(int num_blocks, int block_size, size_t bytes_per_block)
   in_free_.assign(num_blocks, false);
   hashed_.assign(num_blocks, false);
   hash_.resize(num_blocks);
+  salt_.resize(num_blocks);
   for (int b = 0; b < num_blocks; ++b) push_tail(b);
 }
 
@@ -58,7 +49,8 @@ int BlockPool::allocate() {
   if (head_ < 0) fail("KV pool exhausted: all ", num_blocks(), " blocks are in use");
   int b = head_;
   unlink(b);
-  if (hashed_[b]) {  // evict: the cached prefix is gone
+  if (hashed_[b]) {  // evict: the cached prefix leaves the pool (down a tier, when one listens)
+    if (listener_) listener_->evicted(b, hash_[b], salt_[b]);
     by_hash_.erase(hash_[b]);
     hashed_[b] = false;
   }
@@ -81,11 +73,13 @@ int BlockPool::lookup(const BlockHash& h) const {
   return it == by_hash_.end() ? -1 : it->second;
 }
 
-void BlockPool::publish(int b, const BlockHash& h) {
+void BlockPool::publish(int b, const BlockHash& h, const std::string& salt) {
   if (hashed_[b] || by_hash_.count(h)) return;
   hashed_[b] = true;
   hash_[b] = h;
+  salt_[b] = salt;
   by_hash_.emplace(h, b);
+  if (listener_) listener_->published(b, h, salt);
 }
 
 void BlockPool::unpublish(int b) {

@@ -33,6 +33,14 @@ BlockHash chain_block_hash(const BlockHash* parent, const std::string& salt, con
 
 class BlockPool {
  public:
+  // Told when a block gets its prefix hash and when a cached block is about to be reused for
+  // other rows (its pages still hold the prefix then): the KV tiers (kv_tiers.h) listen.
+  struct Listener {
+    virtual ~Listener() = default;
+    virtual void published(int block, const BlockHash& h, const std::string& salt) = 0;
+    virtual void evicted(int block, const BlockHash& h, const std::string& salt) = 0;
+  };
+
   BlockPool(int num_blocks, int block_size, size_t bytes_per_block);
   explicit BlockPool(const KvPages& pages) : BlockPool(pages.num_blocks(), pages.block_size(), pages.bytes_per_block()) {}
 
@@ -51,11 +59,14 @@ class BlockPool {
 
   // The block holding this prefix hash, or -1. The caller retains it to use it.
   int lookup(const BlockHash& h) const;
-  // Marks a full block as holding the prefix `h` (no-op if another block already does).
-  void publish(int b, const BlockHash& h);
+  // Marks a full block as holding the prefix `h` of tenant `salt` (no-op if another block
+  // already does).
+  void publish(int b, const BlockHash& h, const std::string& salt = "");
   // Forgets a block's prefix hash: its holder is about to rewrite it (sink eviction).
   void unpublish(int b);
   bool has_hash(int b) const { return hashed_[b]; }
+
+  void set_listener(Listener* l) { listener_ = l; }
 
   // Debug check of every invariant (free list vs ref counts, hash index); throws on a breach.
   void check_invariants() const;
@@ -72,6 +83,8 @@ class BlockPool {
   int head_ = -1, tail_ = -1, num_free_ = 0;
   std::vector<bool> hashed_;             // [num_blocks]
   std::vector<BlockHash> hash_;          // [num_blocks], valid where hashed_
+  std::vector<std::string> salt_;        // [num_blocks], the tenant of a hashed block
+  Listener* listener_ = nullptr;
   std::unordered_map<BlockHash, int, BlockHashKey> by_hash_;
 };
 

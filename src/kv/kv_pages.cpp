@@ -65,4 +65,35 @@ void KvPages::copy_block(int dst, int src) {
   }
 }
 
+template <class Fn>
+void KvPages::for_each_span(int b, Fn&& fn) const {
+  const size_t bs = static_cast<size_t>(block_size_);
+  for (int l = 0; l < n_layers_; ++l) {
+    if (codec_.dtype == DType::F32) {
+      fn(k(l, b), bs * kv_dim_ * sizeof(float));
+      fn(v(l, b), bs * kv_dim_ * sizeof(float));
+      continue;
+    }
+    fn(kq(l, b), bs * codec_.data_bytes());
+    fn(kp(l, b), bs * codec_.n_params() * sizeof(float));
+    fn(vq(l, b), bs * codec_.data_bytes());
+    fn(vp(l, b), bs * codec_.n_params() * sizeof(float));
+  }
+}
+
+void KvPages::read_block(int b, uint8_t* out) const {
+  for_each_span(b, [&](const void* p, size_t n) {
+    std::memcpy(out, p, n);
+    out += n;
+  });
+}
+
+void KvPages::write_block(int b, const uint8_t* in) {
+  // The spans are this object's own rows: writing through them is writing our storage.
+  for_each_span(b, [&](const void* p, size_t n) {
+    std::memcpy(const_cast<void*>(p), in, n);
+    in += n;
+  });
+}
+
 }  // namespace kvlm

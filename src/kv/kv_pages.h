@@ -49,9 +49,16 @@ class KvPages {
   const float* kp(int layer, int b) const { return kp_[layer].data() + row0(b) * codec_.n_params(); }
   const float* vp(int layer, int b) const { return vp_[layer].data() + row0(b) * codec_.n_params(); }
   void copy_block(int dst, int src);  // all layers
+  // A block's rows as one flat payload of bytes_per_block() bytes (every layer's K then V, each
+  // as stored: f32 rows, or encoded rows and their codec parameters), for tiers and snapshots.
+  // Quantized pages travel as they are: nothing is re-encoded.
+  void read_block(int b, uint8_t* out) const;
+  void write_block(int b, const uint8_t* in);
 
  private:
   size_t row0(int b) const { return static_cast<size_t>(b) * block_size_; }
+  template <class Fn>
+  void for_each_span(int b, Fn&& fn) const;  // fn(const void* rows, size_t bytes), in payload order
 
   int block_size_, num_blocks_, kv_dim_, n_layers_, window_ = 0;
   KvRowCodec codec_;

@@ -69,6 +69,18 @@ std::string KvLedger::to_text() const {
     std::snprintf(buf, sizeof buf, "  f32 rows of the newest tokens, outside the pool: %.3f MB\n", mb(residual_bytes));
     s += buf;
   }
+  if (!tiers.is_null()) {
+    const auto& h = tiers["host"];
+    const auto& d = tiers["disk"];
+    long rejected = 0;
+    for (const auto& [reason, n] : tiers["rejected"].items()) rejected += n.get<long>();
+    std::snprintf(buf, sizeof buf,
+                  "  tiers    host %.3f MB in %zu blocks (%ld hits) | disk %.3f MB in %zu blocks (%ld hits) | "
+                  "%ld misses, %ld refused\n",
+                  mb(h["bytes"].get<size_t>()), h["blocks"].get<size_t>(), h["hits"].get<long>(), mb(d["bytes"].get<size_t>()),
+                  d["blocks"].get<size_t>(), d["hits"].get<long>(), tiers["misses"].get<long>(), rejected);
+    s += buf;
+  }
   for (const Seq& q : seqs) {
     std::snprintf(buf, sizeof buf, "  seq %-4d %6d tokens  %4d blocks (%d shared, %d freed by the window)  %.3f MB", q.id,
                   q.tokens, q.blocks, q.shared_blocks, q.freed_blocks, mb(q.bytes));
@@ -96,7 +108,7 @@ nlohmann::json KvLedger::to_json() const {
           {"page_dtype", page_dtype},     {"residual_bytes", residual_bytes},
           {"capacity_bytes", capacity_bytes}, {"private_bytes", private_bytes}, {"shared_bytes", shared_bytes},
           {"cached_bytes", cached_bytes}, {"free_bytes", free_bytes},     {"layer_bytes", layer_bytes},
-          {"waste_pct", waste_pct()},     {"sequences", seq}};
+          {"waste_pct", waste_pct()},     {"sequences", seq},             {"tiers", tiers}};
 }
 
 }  // namespace kvlm

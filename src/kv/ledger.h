@@ -29,6 +29,7 @@ struct KvLedger {
     long evicted_tokens = 0;    // dropped by attention sinks
   };
   std::vector<Seq> seqs;
+  nlohmann::json tiers;  // KvTierStats::to_json() when the pool has tiers below it, else null
   size_t slots_in_use = 0, slots_filled = 0;  // token slots of referenced blocks, and those holding a token
   double waste_pct() const { return slots_in_use ? 100.0 * (slots_in_use - slots_filled) / slots_in_use : 0.0; }
 

@@ -7,8 +7,17 @@
 
 namespace kvlm {
 
+namespace {
+// One staging buffer per thread for blocks coming back from a tier.
+std::vector<uint8_t>& tier_buffer() {
+  thread_local std::vector<uint8_t> buf;
+  return buf;
+}
+}  // namespace
+
 PagedKvCache::PagedKvCache(KvPages& pages, BlockPool& pool, PagedKvOptions opt)
     : pages_(pages), pool_(pool), max_len_(opt.max_len), salt_(std::move(opt.salt)) {
+  tiers_ = opt.tiers;
   KVLM_CHECK(pool.num_blocks() == pages.num_blocks() && pool.block_size() == pages.block_size(),
              "a block pool and pages of different shapes");
   if (opt.residual < 0) fail("KV residual window must be >= 0, got ", opt.residual);
@@ -231,7 +240,7 @@ void PagedKvCache::set_length(int n) {
 }
 
 std::unique_ptr<KvCache> PagedKvCache::fork() const {
-  PagedKvOptions o{max_len_, salt_, residual_, sinks_, window_, rope_};
+  PagedKvOptions o{max_len_, salt_, residual_, sinks_, window_, rope_, tiers_};
   if (sinks_on()) o.max_len = 0;  // the stream's slots come from sinks + window again
   auto child = std::make_unique<PagedKvCache>(pages_, pool_, o);
   for (int b : table_)
@@ -268,8 +277,10 @@ int PagedKvCache::adopt_prefix(const std::vector<int>& tokens) {
   for (int i = 0; i < full; ++i) {
     BlockHash h = chain_block_hash(i ? &hashes_.back() : nullptr, salt_, tokens.data() + i * bs, bs);
     int b = pool_.lookup(h);
-    if (b < 0) break;
-    pool_.retain(b);
+    if (b >= 0)
+      pool_.retain(b);
+    else if ((b = load_from_tier(h)) < 0)
+      break;
     table_.push_back(b);
     hashes_.push_back(h);
   }
@@ -280,13 +291,24 @@ int PagedKvCache::adopt_prefix(const std::vector<int>& tokens) {
   return length_;
 }
 
+int PagedKvCache::load_from_tier(const BlockHash& h) {
+  if (!tiers_ || pool_.num_free() == 0) return -1;
+  std::vector<uint8_t>& buf = tier_buffer();
+  buf.resize(tiers_->payload_bytes());
+  if (!tiers_->fetch(h, salt_, buf.data())) return -1;
+  const int b = pool_.allocate();  // ref 1: ours (it may push another cached block down a tier)
+  pages_.write_block(b, buf.data());
+  pool_.publish(b, h, salt_);
+  return b;
+}
+
 void PagedKvCache::publish(const std::vector<int>& tokens) {
   if (evicted_ > 0) return;  // rows past the sinks have moved: blocks no longer match their tokens
   const int bs = pool_.block_size();
   const int full = std::min(length_, static_cast<int>(tokens.size())) / bs;
   for (int i = static_cast<int>(hashes_.size()); i < full; ++i) {
     hashes_.push_back(chain_block_hash(i ? &hashes_.back() : nullptr, salt_, tokens.data() + i * bs, bs));
-    if (table_[i] != kFreed) pool_.publish(table_[i], hashes_.back());
+    if (table_[i] != kFreed) pool_.publish(table_[i], hashes_.back(), salt_);
   }
 }
 

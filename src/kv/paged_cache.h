@@ -16,6 +16,7 @@
 
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_tiers.h"
 #include "model/rope.h"
 
 namespace kvlm {
@@ -27,6 +28,7 @@ struct PagedKvOptions {
   int sinks = 0;           // with window > 0: attention sinks, keep the first `sinks` tokens
   int window = 0;          //   and the last `window`, drop the middle
   const RopeTable* rope = nullptr;  // re-rotates moved keys (sinks only)
+  KvTiers* tiers = nullptr;         // where adopt_prefix looks after the pool (kv_tiers.h)
 };
 
 class PagedKvCache : public KvCache {
@@ -91,6 +93,7 @@ class PagedKvCache : public KvCache {
   // Makes table entries [first, last] writable: shared blocks are copied, published ones unpublished.
   void make_writable(int first, int last, bool unpublish);
   void evict(int e);  // sinks: drops the e positions after the sinks, moving the rest down
+  int load_from_tier(const BlockHash& h);  // a pool block holding h's rows from a tier, or -1
 
   KvPages& pages_;
   BlockPool& pool_;
@@ -98,6 +101,7 @@ class PagedKvCache : public KvCache {
   int sinks_ = 0, window_ = 0;
   long evicted_ = 0;
   const RopeTable* rope_ = nullptr;
+  KvTiers* tiers_ = nullptr;
   int residual_ = 0, hot_from_ = 0;  // the ring holds positions >= hot_from_ it computed itself
   std::vector<std::vector<float>> ring_k_, ring_v_;  // [n_layers][residual][kv_dim]
   std::string salt_;

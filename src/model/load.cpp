@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/sha256.h"
 #include "core/json.h"
 #include "core/read_file.h"
 #include "io/gguf.h"
@@ -192,6 +193,8 @@ int Model::convert_weights(DType f) {
   for (LayerWeights& L : layers)
     for (Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) conv(*l);
   conv(lm_head);
+  // The matrices' types are part of what KV computed by this model depends on.
+  fingerprint = Sha256().update(fingerprint.data(), fingerprint.size()).add(f).digest();
   return kept;
 }
 
@@ -211,6 +214,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& we
   m->check_shapes(path);
   DType f = weights.empty() ? m->stored_format : parse_dtype(weights, kAsWeights, "weight type");
   if (f != DType::F32) m->convert_weights(f);
+  m->fingerprint = model_fingerprint(*m, path);
   return m;
 }
 

@@ -1,5 +1,7 @@
 // A loaded model: config plus weights (in backend buffers), bound to one generic decoder forward.
 #pragma once
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,7 +29,10 @@ struct Model {
   Buffer<float> final_norm, final_norm_bias;  // [dim]
   Linear lm_head;                              // [vocab][dim]; empty when tied to tok_emb
   RopeTable rope;                              // RoPE inverse frequencies (none without RoPE)
-  DType stored_format = DType::F32;  // the matrices' type in the file (load keeps it)
+  DType stored_format = DType::F32;
+  // What KV computed by this model must match to be reused by another run (fingerprint.cpp):
+  // set by load_model and synthetic_model.
+  std::array<uint8_t, 32> fingerprint{};  // the matrices' type in the file (load keeps it)
 
   // Bytes of all weights (what one decode step must read at least once).
   size_t weight_bytes() const;
@@ -41,6 +46,9 @@ struct Model {
   // rows are not a multiple of 32 stay f32; returns how many did.
   int convert_weights(DType f);
 };
+
+// The fingerprint of a loaded model read from `source` (a file, a folder or a preset's name).
+std::array<uint8_t, 32> model_fingerprint(const Model& m, const std::string& source);
 
 // Loads a llama2.c .bin checkpoint, a GGUF file or a Hugging Face folder (config.json +
 // safetensors). Matrices keep the file's type (f32, bf16/f16 -> bf16, Q8_0, Q4_0) unless

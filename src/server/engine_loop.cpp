@@ -103,6 +103,18 @@ void EngineLoop::publish() {
     g.decode_bytes = decode_bytes_;
     g.decode_seconds = decode_seconds_;
     g.decode_gbps = decode_gbps_;
+    if (KvTiers* tiers = engine_.tiers()) {
+      const KvTierStats t = tiers->stats();
+      g.has_tiers = true;
+      g.tier_bytes[0] = t.host_bytes;
+      g.tier_bytes[1] = t.disk_bytes;
+      g.tier_blocks[0] = t.host_blocks;
+      g.tier_blocks[1] = t.disk_blocks;
+      g.tier_hits[0] = t.host_hits;
+      g.tier_hits[1] = t.disk_hits;
+      g.tier_misses = t.misses;
+      for (int r = 0; r < kKvRejectReasons; ++r) g.tier_rejected[kv_reject_name(static_cast<KvReject>(r))] = t.rejected[r];
+    }
     metrics_->set_engine(g);
   }
   std::lock_guard<std::mutex> lock(status_mu_);
@@ -113,7 +125,15 @@ void EngineLoop::run() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(q_mu_);
-      q_cv_.wait(lock, [&] { return stop_ || poked_ || !incoming_.empty() || engine_.has_work(); });
+      auto woken = [&] { return stop_ || poked_ || !incoming_.empty() || engine_.has_work(); };
+      if (!engine_.tiers()) {
+        q_cv_.wait(lock, woken);
+      } else if (!q_cv_.wait_for(lock, std::chrono::milliseconds(500), woken)) {
+        // Idle with tiers: the disk writer still lands blocks; /metrics and /v1/kv follow it.
+        lock.unlock();
+        publish();
+        continue;
+      }
       if (stop_) return;
       poked_ = false;
     }

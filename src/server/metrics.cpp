@@ -132,6 +132,24 @@ std::string Metrics::render() const {
   o += "kvlm:decode_seconds_total" + L + " " + num(g.decode_seconds) + "\n";
   head(o, "kvlm:decode_gbps", "gauge", "Decode bandwidth over the last ~10 decode steps, in GB/s (rate of the two counters above over longer windows).");
   o += "kvlm:decode_gbps" + L + " " + num(g.decode_gbps) + "\n";
+  if (g.has_tiers) {
+    const char* tiers[2] = {"host", "disk"};
+    head(o, "kvlm:kv_tier_bytes", "gauge", "Bytes of prefix blocks held below the pool, by tier.");
+    for (int t = 0; t < 2; ++t)
+      o += "kvlm:kv_tier_bytes" + with(labels_, std::string("tier=\"") + tiers[t] + "\"") + " " + std::to_string(g.tier_bytes[t]) + "\n";
+    head(o, "kvlm:kv_tier_blocks", "gauge", "Prefix blocks held below the pool, by tier.");
+    for (int t = 0; t < 2; ++t)
+      o += "kvlm:kv_tier_blocks" + with(labels_, std::string("tier=\"") + tiers[t] + "\"") + " " + std::to_string(g.tier_blocks[t]) + "\n";
+    head(o, "kvlm:kv_tier_hits_total", "counter", "Blocks brought back into the pool from a tier, by tier.");
+    for (int t = 0; t < 2; ++t)
+      o += "kvlm:kv_tier_hits_total" + with(labels_, std::string("tier=\"") + tiers[t] + "\"") + " " + std::to_string(g.tier_hits[t]) + "\n";
+    head(o, "kvlm:kv_tier_misses_total", "counter", "Prefix blocks looked up below the pool and found in no tier.");
+    o += "kvlm:kv_tier_misses_total" + L + " " + std::to_string(g.tier_misses) + "\n";
+    head(o, "kvlm:kv_tier_verification_failures_total", "counter",
+         "Blocks from a tier refused (and recomputed), by reason: checksum, truncated, model, codec, tenant, hash, io.");
+    for (const auto& [reason, n] : g.tier_rejected)
+      o += "kvlm:kv_tier_verification_failures_total" + with(labels_, "reason=\"" + escape(reason) + "\"") + " " + std::to_string(n) + "\n";
+  }
   head(o, "kvlm:requests_rejected_total", "counter", "Requests refused before reaching the engine, by reason.");
   if (rejected_.empty()) o += "kvlm:requests_rejected_total" + with(labels_, "reason=\"none\"") + " 0\n";
   for (const auto& [reason, n] : rejected_)

@@ -40,6 +40,10 @@ class Metrics {
     size_t kv_bytes = 0, residual_bytes = 0;
     std::string page_dtype;
     double decode_bytes = 0, decode_seconds = 0, decode_gbps = 0;
+    bool has_tiers = false;  // the series below appear only with KV tiers
+    size_t tier_bytes[2] = {0, 0}, tier_blocks[2] = {0, 0};  // [host, disk]
+    long tier_hits[2] = {0, 0}, tier_misses = 0;
+    std::map<std::string, long> tier_rejected;  // verification failures by reason
   };
   void set_engine(const EngineGauges& g);
   void rejected(const std::string& reason);  // requests refused before the engine (429, 4xx)

@@ -1,0 +1,56 @@
+// The model fingerprint: what a KV block computed by one model must match before another run
+// reuses it (kv tiers, snapshots). Reading every weight would cost seconds per start, so the
+// weights enter through their files' identity (name, size, modification time) and their shapes
+// and types; the arithmetic enters through every config field that changes it and the RoPE
+// table itself.
+#include <filesystem>
+#include <system_error>
+
+#include "core/sha256.h"
+#include "model/model.h"
+
+namespace kvlm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void add_file(Sha256& h, const fs::path& p) {
+  std::error_code ec;
+  h.add_string(p.filename().string());
+  h.add(static_cast<uint64_t>(fs::file_size(p, ec)));
+  h.add(static_cast<int64_t>(fs::last_write_time(p, ec).time_since_epoch().count()));
+}
+
+void add_linear(Sha256& h, const Linear& l) { h.add(l.out).add(l.in).add(l.fmt).add(static_cast<uint64_t>(l.b.size())); }
+
+}  // namespace
+
+Sha256Digest model_fingerprint(const Model& m, const std::string& source) {
+  Sha256 h;
+  h.add_string("kvlm model fingerprint v1");
+  const fs::path p(source);
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(p, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) add_file(h, f);
+  } else {
+    add_file(h, p);  // a file, or a synthetic preset's name (size and time then read as 0)
+  }
+  const ModelConfig& c = m.cfg;
+  h.add_string(c.arch);
+  for (int v : {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.max_seq_len})
+    h.add(v);
+  h.add(c.norm_eps).add(c.norm).add(c.rope).add(c.mlp).add(c.learned_positions).add(c.tied_embeddings);
+  for (int l = 0; l < c.n_layers; ++l) h.add(c.layer_attn_scale(l)).add(c.layer_window[l]);
+  h.add(m.rope.kind).update(m.rope.inv_freq.data(), m.rope.inv_freq.size() * sizeof(float));
+  for (const LayerWeights& L : m.layers)
+    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) add_linear(h, *l);
+  add_linear(h, m.lm_head);
+  return h.digest();
+}
+
+}  // namespace kvlm

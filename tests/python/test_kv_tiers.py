@@ -1,0 +1,108 @@
+"""The KV disk tier across restarts: a restarted `kvlm serve` with the same --kv-disk-dir serves a
+repeated 1,000-token prefix from disk on its first request, and a server killed with SIGKILL while
+writing, whose files are then torn, restarts and answers correctly (bad files refused, counted,
+recomputed). Each server binds 127.0.0.1 on a free port and stops inside its test."""
+import json
+import os
+import re
+import signal
+import time
+import urllib.request
+
+from conftest import Server
+
+# About 1,030 tokens with stories260K's 512-token vocabulary.
+PROMPT = " ".join(f"Once upon a time, Lily saw {n} red birds in the park and she was happy." for n in range(40))
+ARGS = ("--ctx", "1400", "--block-size", "16")
+
+
+def complete(server, prompt, n=8):
+    body = json.dumps({"model": "stories", "prompt": prompt, "max_tokens": n, "temperature": 0}).encode()
+    req = urllib.request.Request(server.base + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def metric(server, name, **labels):
+    with urllib.request.urlopen(server.base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def wait_for_disk_blocks(server, n, timeout=60):
+    """The writer thread writes behind: wait until n blocks are on disk."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (metric(server, "kvlm:kv_tier_blocks", tier="disk") or 0) >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {n} blocks reached the disk tier in {timeout} s")
+
+
+def test_restarted_server_is_warm(tmp_path):
+    disk = str(tmp_path / "kv")
+    s = Server("--kv-disk-dir", disk, *ARGS, template=None)
+    try:
+        first = complete(s, PROMPT)
+        n = first["usage"]["prompt_tokens"]
+        assert n >= 1000, n
+        assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        wait_for_disk_blocks(s, (n - 1) // 16)
+    finally:
+        s.stop()
+    s = Server("--kv-disk-dir", disk, *ARGS, template=None)
+    try:
+        again = complete(s, PROMPT)
+        cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached >= 992 and cached == (n - 1) // 16 * 16, cached
+        assert again["choices"][0]["text"] == first["choices"][0]["text"]
+        assert metric(s, "kvlm:kv_tier_hits_total", tier="disk") >= cached // 16
+        for reason in ("checksum", "truncated", "model", "codec", "tenant", "hash", "io"):
+            assert metric(s, "kvlm:kv_tier_verification_failures_total", reason=reason) == 0, reason
+    finally:
+        s.stop()
+
+
+def test_kill9_while_writing_then_restart_serves_correctly(tmp_path):
+    disk = str(tmp_path / "kv")
+    reference = Server(*ARGS, template=None)  # no tier: what the answer must be
+    try:
+        want = complete(reference, PROMPT)["choices"][0]["text"]
+    finally:
+        reference.stop()
+    s = Server("--kv-disk-dir", disk, *ARGS, template=None)
+    killed_pid = s.proc.pid
+    complete(s, PROMPT)
+    s.proc.send_signal(signal.SIGKILL)  # the writer thread is still writing blocks behind
+    s.proc.wait(timeout=20)
+    files = sorted(f for f in os.listdir(disk) if f.endswith(".kvb"))
+    # What a crash mid-write can leave: a temporary file, and (were the rename not atomic) a torn
+    # block. Tear every block that made it, and leave a temporary file beside them.
+    for f in files:
+        path = os.path.join(disk, f)
+        os.truncate(path, os.path.getsize(path) // 2)
+    with open(os.path.join(disk, "0" * 64 + ".kvb.123.tmp"), "wb") as f:
+        f.write(b"KVLMBLK1 half a header")
+    s = Server("--kv-disk-dir", disk, *ARGS, template=None)
+    try:
+        got = complete(s, PROMPT)
+        assert got["choices"][0]["text"] == want
+        left = [f for f in os.listdir(disk) if f.endswith(".123.tmp") or f.endswith(f".{killed_pid}.tmp")]
+        assert not left, "temporary files of earlier runs are removed at start"
+        if files:  # a torn first block is refused before any other is read
+            assert metric(s, "kvlm:kv_tier_verification_failures_total", reason="truncated") >= 1
+            assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        # The recomputed blocks are written again, whole: a further restart is warm.
+        wait_for_disk_blocks(s, (got["usage"]["prompt_tokens"] - 1) // 16)
+    finally:
+        s.stop()
+    s = Server("--kv-disk-dir", disk, *ARGS, template=None)
+    try:
+        third = complete(s, PROMPT)
+        assert third["choices"][0]["text"] == want
+        assert third["usage"]["prompt_tokens_details"]["cached_tokens"] >= 992
+    finally:
+        s.stop()
