@@ -1,11 +1,16 @@
 // kvlm bench-serving: what the paged cache buys when serving many sequences:
 //  1. aggregate decode tokens/s at several concurrencies (weights read once per step),
 //  2. TTFT on a prefix-cache hit against a miss,
-//  3. KV memory waste on a mixed-length workload, paged against contiguous-at-max-length.
+//  3. KV memory waste on a mixed-length workload, paged against contiguous-at-max-length;
+//  4. with --tier-prefix-tokens: TTFT of a shared prefix cold, and hit from the pool, from the
+//     host-memory tier and from the disk tier (a fresh engine on the same directory: a restart).
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+
+#include <unistd.h>
 
 #include "cli/common.h"
 #include "cli/options.h"
@@ -26,6 +31,8 @@ struct ServingArgs : ModelArgs {
   std::vector<int> concurrency = {1, 4, 8, 16};
   int prompt_tokens = 32, new_tokens = 64, prefix_tokens = 400, runs = 3, block_size = 16;
   int waste_requests = 32, waste_max_prompt = 512, waste_max_output = 256;
+  int tier_prefix_tokens = 0;
+  std::string kv_disk_dir;  // "" = a fresh directory under the temporary one, removed after
   bool json = false;
   uint64_t seed = 0;
 };
@@ -96,6 +103,59 @@ json prefix_ttft(const Model& m, const ServingArgs& a) {
           {"ttft_hit_ms", mean(hit)}, {"speedup", mean(miss) / mean(hit)}};
 }
 
+json tier_ttft(const Model& m, const ServingArgs& a) {
+  namespace fs = std::filesystem;
+  const bool own_dir = a.kv_disk_dir.empty();
+  const std::string dir = own_dir ? (fs::temp_directory_path() / ("kvlm-bench-tiers-" + std::to_string(getpid()))).string()
+                                  : a.kv_disk_dir;
+  std::mt19937_64 rng(a.seed + 3);
+  std::vector<double> cold, pool_hit, host_hit, disk_hit;
+  const int blocks = (a.tier_prefix_tokens + 64) / a.block_size + 4;
+  for (int r = 0; r < a.runs; ++r) {
+    fs::remove_all(dir);
+    const std::vector<int> prefix = random_ids(rng, a.tier_prefix_tokens, m.cfg.vocab_size);
+    auto ttft = [&](Engine& e, std::vector<double>& into, bool must_hit) {
+      std::vector<int> prompt = prefix;
+      for (int x : random_ids(rng, 16, m.cfg.vocab_size)) prompt.push_back(x);
+      const int id = e.add({prompt, 1, {}, false, ""});
+      while (e.has_work()) e.step();
+      into.push_back(e.seq(id).ttft_ms);
+      if (must_hit && e.seq(id).reused_tokens < a.tier_prefix_tokens / a.block_size * a.block_size)
+        fail("the shared prefix was not found where it should be (", e.seq(id).reused_tokens, " tokens reused)");
+      e.remove(id);
+    };
+    EngineOptions eo;
+    eo.block_size = a.block_size;
+    eo.num_blocks = blocks;
+    eo.context = a.tier_prefix_tokens + 32;
+    eo.tiers.host_capacity = static_cast<size_t>(blocks) * KvPages::block_bytes(m.cfg, a.block_size, eo.kv_dtype);
+    eo.tiers.disk_dir = dir;
+    eo.tiers.disk_capacity = 2 * eo.tiers.host_capacity + (size_t{1} << 20);
+    {
+      Engine e(m, eo);
+      ttft(e, cold, false);
+      ttft(e, pool_hit, true);
+      e.evict_cached_prefixes();  // now only the host tier (and the disk) hold the prefix
+      ttft(e, host_hit, true);
+      e.tiers()->flush();
+    }
+    eo.tiers.host_capacity = 0;  // a restarted server: an empty pool, the same directory
+    Engine restarted(m, eo);
+    ttft(restarted, disk_hit, true);
+  }
+  if (own_dir) fs::remove_all(dir);
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s / v.size();
+  };
+  std::fprintf(stderr, "[bench-serving] TTFT %d-token prefix: cold %.1f ms, pool %.1f, host %.1f, disk %.1f\n",
+               a.tier_prefix_tokens, mean(cold), mean(pool_hit), mean(host_hit), mean(disk_hit));
+  return {{"prefix_tokens", a.tier_prefix_tokens}, {"unique_suffix_tokens", 16}, {"ttft_cold_ms", mean(cold)},
+          {"ttft_pool_hit_ms", mean(pool_hit)}, {"ttft_host_hit_ms", mean(host_hit)}, {"ttft_disk_hit_ms", mean(disk_hit)},
+          {"disk_vs_cold", mean(cold) / mean(disk_hit)}, {"host_vs_pool", mean(host_hit) / mean(pool_hit)}};
+}
+
 json waste(const Model& m, const ServingArgs& a) {
   std::mt19937_64 rng(a.seed + 2);
   const int ctx = std::min(m.cfg.max_seq_len, a.waste_max_prompt + a.waste_max_output);
@@ -150,6 +210,7 @@ int run_serving(const ServingArgs& a) {
   j["concurrency"] = concurrency_sweep(*m, a);
   if (a.prefix_tokens > 0) j["prefix_ttft"] = prefix_ttft(*m, a);
   if (a.waste_requests > 0) j["waste"] = waste(*m, a);
+  if (a.tier_prefix_tokens > 0) j["tier_ttft"] = tier_ttft(*m, a);
   if (a.json) {
     std::puts(j.dump(1).c_str());
     return 0;
@@ -165,6 +226,14 @@ int run_serving(const ServingArgs& a) {
     std::printf("\nTTFT, %d-token shared prefix + 16 new tokens: miss %.2f ms, hit %.2f ms (%.1fx)\n",
                 p["prefix_tokens"].get<int>(), p["ttft_miss_ms"].get<double>(), p["ttft_hit_ms"].get<double>(),
                 p["speedup"].get<double>());
+  }
+  if (j.contains("tier_ttft")) {
+    const json& t = j["tier_ttft"];
+    std::printf("\nTTFT, %d-token shared prefix + 16 new tokens: cold %.1f ms | pool hit %.1f | host hit %.1f | "
+                "disk hit %.1f (disk %.1fx faster than cold; host %.2fx the pool's)\n",
+                t["prefix_tokens"].get<int>(), t["ttft_cold_ms"].get<double>(), t["ttft_pool_hit_ms"].get<double>(),
+                t["ttft_host_hit_ms"].get<double>(), t["ttft_disk_hit_ms"].get<double>(), t["disk_vs_cold"].get<double>(),
+                t["host_vs_pool"].get<double>());
   }
   if (j.contains("waste")) {
     const json& w = j["waste"];
@@ -196,6 +265,10 @@ Runner add_bench_serving(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 16));
   sub->add_option("--waste-max-prompt", a->waste_max_prompt, "longest prompt there (default 512)")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--waste-max-output", a->waste_max_output, "longest output there (default 256)")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--tier-prefix-tokens", a->tier_prefix_tokens,
+                  "shared prefix for the KV tier test: cold, pool, host and disk hits (default 0 skips)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--kv-disk-dir", a->kv_disk_dir, "directory of the disk tier there (default: a temporary one)");
   sub->add_option("--runs", a->runs, "repetitions (default 3)")->check(CLI::Range(1, 1000));
   sub->add_option("--block-size", a->block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
   sub->add_option("--seed", a->seed, "seed for weights and token ids");

@@ -157,6 +157,12 @@ const Sequence& Engine::seq(int id) const {
   return *it->second;
 }
 
+void Engine::evict_cached_prefixes() {
+  std::vector<int> taken;  // allocating every free block evicts each cached one, oldest first
+  while (pool_->num_free() > 0) taken.push_back(pool_->allocate());
+  for (int b : taken) pool_->release(b);
+}
+
 bool Engine::has_work() const { return !waiting_.empty() || !running_.empty(); }
 
 void Engine::finish(Sequence& s, SeqState st, const std::string& error) {

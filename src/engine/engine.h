@@ -91,6 +91,9 @@ class Engine {
   void remove(int id);  // forgets a done sequence
 
   std::vector<StepEvent> step();
+  // Pushes every cached prefix out of the pool (down to the tiers, when there are any), keeping
+  // the blocks sequences hold: a cold pool with warm tiers (benchmarks, an operator's reset).
+  void evict_cached_prefixes();
   bool has_work() const;
 
   const Sequence& seq(int id) const;
