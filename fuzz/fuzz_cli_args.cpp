@@ -1,4 +1,4 @@
-// libFuzzer target: the CLI's own argument parsers (token id lists, KV capacities with units) and
+// libFuzzer target: the CLI's own argument parsers (token id lists, KV capacities and sizes with units) and
 // CLI11's parsing of every subcommand's flags, numeric ranges included. Nothing is run: a
 // parsed command line only has to end in a value or a clear error.
 #include <CLI/CLI.hpp>
@@ -21,6 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     try {
       (void)kvlm::cli::parse_kv_capacity(w, 1 + size % 100000, 1 + static_cast<int>(size % 64));
+    } catch (const kvlm::KvlmError&) {
+    }
+    try {
+      (void)kvlm::cli::parse_bytes(w, "--size");
     } catch (const kvlm::KvlmError&) {
     }
   }

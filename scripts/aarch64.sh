@@ -27,7 +27,8 @@ cmake --build "$BUILD" -j2
 NEEDS_CLI="*Cli*:ClearMessages.*:GgufMetadata.IntegerFlagsAreAccepted:HonestResults.*:KvMemory.*:KvPlan.*"
 NEEDS_CLI+=":KvQuant.BadKvDtypesAreErrors:SinkCache.TenTimesTheContextWithBoundedMemoryAndFiniteLogits"
 NEEDS_CLI+=":SpecialFiles.*:ThreadPoolStart.*:TokenizerWork.HugeVocabularyEntryIsRefused"
-THREADS="Context.*"
+NEEDS_CLI+=":SinkCache.GenerateGivesTheSameTokensPagedAndContiguous"
+THREADS="Context.*:KvTiers.*"  # KvTiers: the disk tier's writer thread
 SLOW="*nocache*:ChatTemplates.WorkIsBounded"
 KVLM_THREADS=1 timeout 1200 qemu-aarch64 -L /usr/aarch64-linux-gnu "$BUILD/tests/kvlm_tests" --gtest_brief=1 \
   "--gtest_filter=-$NEEDS_CLI:$THREADS:$SLOW"
