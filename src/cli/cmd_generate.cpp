@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
+#include "kv/kv_snapshot.h"
 
 namespace kvlm::cli {
 
@@ -17,6 +18,7 @@ namespace {
 
 struct GenerateArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs, SinkArgs, KvTierArgs {
   std::string prompt, layout = "paged";
+  std::string kv_save, kv_load;  // snapshots of the sequence's KV (paged layout)
   int max_new_tokens = 128, ctx = 0, parallel = 1;
   bool no_kv_cache = false, json = false, ignore_eos = false, kv_stats = false;
 };
@@ -41,6 +43,7 @@ struct Outcome {
   size_t kv_bytes = 0;  // held at the peak
   nlohmann::json ledger;
   std::string ledger_text;
+  nlohmann::json snapshot;  // --kv-load / --kv-save: what happened
 };
 
 // Contiguous cache, or no cache: the single-sequence loop.
@@ -86,7 +89,7 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
   if (!a.kv_capacity.empty())
     eo.num_blocks = parse_kv_capacity(a.kv_capacity, KvPages::block_bytes(m.cfg, a.block_size, opt.kv_dtype), a.block_size);
   Engine e(m, eo);
-  int root = e.add({prompt, a.max_new_tokens, opt.sampling, opt.stop_at_eos, ""});
+  int root = e.add({prompt, a.max_new_tokens, opt.sampling, opt.stop_at_eos, "", a.kv_load, a.kv_save});
   std::vector<int> ids = {root};
   const bool stream = !a.json && a.parallel == 1;
   Outcome o;
@@ -142,6 +145,18 @@ Outcome run_paged(const Model& m, const Tokenizer& tok, const std::vector<int>& 
   for (double ms : step_ms) sum += ms;
   o.tpot_ms = step_ms.empty() ? 0 : sum / step_ms.size();
   o.kv_bytes = peak;
+  const Sequence& r = e.seq(root);
+  if (!a.kv_load.empty()) {
+    o.snapshot = {{"loaded", a.kv_load}, {"restored_tokens", r.snapshot_error.empty() ? r.reused_tokens : 0}};
+    if (!r.snapshot_error.empty()) {
+      o.snapshot["refused"] = r.snapshot_error;
+      std::fprintf(stderr, "kvlm: warning: %s; the prompt is computed instead\n", r.snapshot_error.c_str());
+    }
+  }
+  if (!a.kv_save.empty()) {
+    if (!r.snapshot_error.empty() && a.kv_load.empty()) fail(r.snapshot_error);
+    if (r.state == SeqState::Finished) o.snapshot["saved"] = a.kv_save;
+  }
   if (a.kv_stats && o.ledger.is_null()) {
     KvLedger L = e.ledger();
     o.ledger = L.to_json();
@@ -156,12 +171,16 @@ int run_generate(const GenerateArgs& a) {
   if (a.window > 0 && a.no_kv_cache) fail("--window (attention sinks) needs the KV cache");
   if ((!a.kv_host_capacity.empty() || !a.kv_disk_dir.empty()) && (a.no_kv_cache || a.layout != "paged"))
     fail("--kv-host-capacity and --kv-disk-dir need the paged KV cache");
+  if ((!a.kv_save.empty() || !a.kv_load.empty()) && (a.no_kv_cache || a.layout != "paged" || a.parallel > 1))
+    fail("--kv-save and --kv-load need the paged KV cache and one sequence");
+  if (a.prompt.empty() && a.kv_load.empty()) fail("give --prompt (or --kv-load FILE to continue a saved sequence)");
   const DType kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");  // before the (slow) model load
   auto model = load_model(a.model, a.weights);
   if (a.window > 0 && model->cfg.rope == RopeKind::None)
     fail("attention sinks need a RoPE model: ", model->cfg.arch, " bakes positions into its embeddings");
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);
-  std::vector<int> prompt = tok->encode_prompt(a.prompt);
+  // --kv-load without --prompt continues the saved sequence: its tokens are the prompt.
+  std::vector<int> prompt = a.prompt.empty() ? kv_snapshot_tokens(a.kv_load) : tok->encode_prompt(a.prompt);
   if (prompt.empty()) fail("prompt is empty and the tokenizer adds no BOS: give a prompt");
   GenerateOptions opt;
   opt.max_new_tokens = a.max_new_tokens;
@@ -200,6 +219,7 @@ int run_generate(const GenerateArgs& a) {
     j["tpot_ms"] = o.tpot_ms;
     j["kv_cache_bytes"] = o.kv_bytes;
     j["kv_cache"] = mode;
+    if (!o.snapshot.is_null()) j["kv_snapshot"] = o.snapshot;
     if (a.kv_stats) j["kv_ledger"] = o.ledger;
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
@@ -231,7 +251,11 @@ Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* sub = app.add_subcommand("generate", "generate text from a prompt");
   add_model_options(sub, *a, kModelRequired | kModelTokenizer);
-  sub->add_option("--prompt", a->prompt, "prompt text")->required();
+  sub->add_option("--prompt", a->prompt, "prompt text (optional with --kv-load: continue the saved sequence)");
+  sub->add_option("--kv-save", a->kv_save, "save the sequence's tokens and KV to FILE when it finishes");
+  sub->add_option("--kv-load", a->kv_load,
+                  "restore KV from FILE (saved by --kv-save) for the prompt's longest common prefix, or, without "
+                  "--prompt, continue the saved sequence");
   sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24));
   add_sampling_options(sub, *a);
   sub->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence at every step");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "cli/common.h"
@@ -27,6 +28,7 @@ struct ServeArgs : ModelArgs, KvCodecArgs, KvPoolArgs, KvTierArgs {
   std::string api_key_file;
   int max_queue = 256, max_prompt_tokens = 0, max_tokens_cap = 0, io_timeout = 30, max_pending_connections = 64;
   double request_timeout = 600;
+  std::string kv_snapshot_dir;
 };
 
 // --api-key-file: one key per line; blank lines and lines starting with '#' are skipped.
@@ -64,6 +66,13 @@ int run_serve(const ServeArgs& a) {
   so.max_queue = a.max_queue;
   so.max_pending_connections = a.max_pending_connections;
   so.max_prompt_tokens = a.max_prompt_tokens;
+  so.kv_snapshot_dir = a.kv_snapshot_dir;
+  if (!so.kv_snapshot_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(so.kv_snapshot_dir, ec);
+    if (!std::filesystem::is_directory(so.kv_snapshot_dir, ec))
+      fail(so.kv_snapshot_dir, ": cannot create the snapshot directory");
+  }
   so.max_tokens_cap = a.max_tokens_cap;
   so.request_timeout_s = a.request_timeout;
   so.io_timeout_s = a.io_timeout;
@@ -175,6 +184,8 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--max-tokens-cap", a->max_tokens_cap, "largest max_tokens accepted (default: the context)")
       ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--kv-snapshot-dir", a->kv_snapshot_dir,
+                  "where requests' kv_save / kv_load conversation snapshots are kept (default: off)");
   sub->add_option("--request-timeout", a->request_timeout, "seconds a request may generate (default 600)")
       ->check(CLI::Range(0.1, 86400.0));
   sub->add_option("--io-timeout", a->io_timeout, "seconds to read a request or write a response (default 30)")

@@ -71,38 +71,45 @@ std::vector<int> parse_ids(const std::string& s) {
   return ids;
 }
 
-size_t parse_bytes(const std::string& spec, const std::string& flag) {
+namespace {
+// "2.5GB" -> 2.5 and "GB"; false when it does not start with a number.
+bool number_and_unit(const std::string& spec, double& v, std::string& unit) {
   size_t used = 0;
-  double v = 0;
   try {
     v = std::stod(spec, &used);
   } catch (...) {
-    used = 0;
+    return false;
   }
-  const std::string unit = used ? spec.substr(used) : "";
-  const double mult = unit.empty() || unit == "B" ? 1 : unit == "KB" ? 1e3 : unit == "MB" ? 1e6 : unit == "GB" ? 1e9
-                      : unit == "KiB" ? 1024.0 : unit == "MiB" ? 1048576.0 : unit == "GiB" ? 1073741824.0 : 0;
-  if (used == 0 || mult == 0 || !(v > 0) || v * mult >= 1e15)
+  unit = spec.substr(used);
+  return true;
+}
+// Bytes per unit of size (B, KB, MB, GB, KiB, MiB, GiB; "" = bytes), 0 for any other unit.
+double bytes_per_unit(const std::string& u) {
+  return u.empty() || u == "B" ? 1 : u == "KB" ? 1e3 : u == "MB" ? 1e6 : u == "GB" ? 1e9
+         : u == "KiB" ? 1024.0 : u == "MiB" ? 1048576.0 : u == "GiB" ? 1073741824.0 : 0;
+}
+}  // namespace
+
+size_t parse_bytes(const std::string& spec, const std::string& flag) {
+  double v = 0, mult = 0;
+  std::string unit;
+  if (number_and_unit(spec, v, unit)) mult = bytes_per_unit(unit);
+  if (mult == 0 || !(v > 0) || v * mult >= 1e15)
     fail(flag, " '", spec, "': expected a size such as 512MB or 2GB (B, KB, MB, GB, KiB, MiB, GiB)");
   return static_cast<size_t>(v * mult);
 }
 
 int parse_kv_capacity(const std::string& spec, size_t bytes_per_block, int block_size) {
-  size_t used = 0;
   double v = 0;
-  try {
-    v = std::stod(spec, &used);
-  } catch (...) {
-    used = 0;
-  }
-  std::string unit = spec.substr(used);
-  if (used == 0 || !(v > 0)) fail("--kv-capacity '", spec, "': expected a positive number with tok, B, KB, MB or GB");
+  std::string unit;
+  if (!number_and_unit(spec, v, unit) || !(v > 0))
+    fail("--kv-capacity '", spec, "': expected a positive number with tok, B, KB, MB or GB");
   double blocks;
   if (unit.empty() || unit == "tok" || unit == "tokens") {
     blocks = std::ceil(v / block_size);
   } else {
-    double mult = unit == "B" ? 1 : unit == "KB" ? 1e3 : unit == "MB" ? 1e6 : unit == "GB" ? 1e9 : 0;
-    if (mult == 0) fail("--kv-capacity '", spec, "': unknown unit '", unit, "' (tok, B, KB, MB, GB)");
+    const double mult = bytes_per_unit(unit);
+    if (mult == 0) fail("--kv-capacity '", spec, "': unknown unit '", unit, "' (tok, B, KB, MB, GB, KiB, MiB, GiB)");
     blocks = std::floor(v * mult / bytes_per_block);
   }
   if (blocks < 1 || blocks > (1 << 24)) fail("--kv-capacity '", spec, "' gives ", blocks, " blocks (1..16M allowed)");

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/forward.h"
+#include "kv/kv_snapshot.h"
 #include "kv/paged_cache.h"
 
 namespace kvlm {
@@ -168,6 +169,14 @@ bool Engine::has_work() const { return !waiting_.empty() || !running_.empty(); }
 void Engine::finish(Sequence& s, SeqState st, const std::string& error) {
   s.state = st;
   s.error = error;
+  if (st == SeqState::Finished && !s.params.kv_save.empty() && s.cache) {
+    try {
+      save_kv_snapshot(dynamic_cast<const PagedKvCache&>(*s.cache), s.tokens, model_.fingerprint, s.params.salt,
+                       s.params.kv_save);
+    } catch (const KvlmError& e) {  // the tokens stand; the caller learns the file was not written
+      s.snapshot_error = e.what();
+    }
+  }
   s.cache.reset();  // full blocks stay in the pool as cached prefixes
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s.id), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), s.id), running_.end());
@@ -191,7 +200,16 @@ void Engine::preempt(Sequence& s) {
 
 bool Engine::admit(Sequence& s, int& budget, int& taken, bool alone) {
   s.cache = make_cache(s.params.salt);
-  int reused = opt_.prefix_cache ? s.cache->adopt_prefix(s.tokens) : 0;
+  int reused = -1;
+  if (!s.params.kv_load.empty() && s.preemptions == 0) {
+    try {
+      reused = restore_kv_snapshot(dynamic_cast<PagedKvCache&>(*s.cache), s.tokens, model_.fingerprint, s.params.salt,
+                                   s.params.kv_load);
+    } catch (const KvlmError& e) {  // refused: never used, the prompt is computed instead
+      s.snapshot_error = e.what();
+    }
+  }
+  if (reused <= 0) reused = opt_.prefix_cache ? s.cache->adopt_prefix(s.tokens) : 0;
   int n = todo(s);
   // A stream reserves its whole footprint (adopting a prefix may have raised the reservations of
   // the streams it shares with, so they are counted afresh); anything else takes this step's blocks.

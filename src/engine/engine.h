@@ -42,6 +42,9 @@ struct SeqParams {
   SamplingParams sampling;
   bool stop_at_eos = true;
   std::string salt;  // tenant: prefixes are shared only between equal salts
+  // Snapshots (kv/kv_snapshot.h): restore the KV of the longest common prefix from this file at
+  // admission (instead of the prefix cache), and/or save the sequence's KV here when it finishes.
+  std::string kv_load = "", kv_save = "";
 };
 
 enum class SeqState { Waiting, Running, Finished, Cancelled, Failed };
@@ -53,6 +56,7 @@ struct Sequence {
   int prompt_len = 0;
   SeqState state = SeqState::Waiting;
   std::string error;                     // why it Failed
+  std::string snapshot_error;            // why kv_load was refused (then recomputed) or kv_save failed
   std::unique_ptr<KvCache> cache;        // null while waiting
   std::unique_ptr<Sampler> sampler;
   std::vector<float> last_logits;        // [vocab] from its latest step (fork resamples from it)

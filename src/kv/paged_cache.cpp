@@ -255,6 +255,28 @@ std::unique_ptr<KvCache> PagedKvCache::fork() const {
   return child;
 }
 
+void PagedKvCache::restore_rows(int length, const uint8_t* payloads, const float* ring, int hot_from) {
+  KVLM_CHECK(table_.empty() && length_ == 0, "restore_rows needs an empty cache");
+  if (length <= 0 || length > max_len_) fail("snapshot of ", length, " positions does not fit a context of ", max_len_);
+  const int bs = pool_.block_size(), blocks = (length + bs - 1) / bs;
+  if (blocks > pool_.num_free()) fail("KV pool exhausted: the snapshot needs ", blocks, " blocks, ", pool_.num_free(), " free");
+  for (int i = 0; i < blocks; ++i) {
+    table_.push_back(pool_.allocate());
+    pages_.write_block(table_.back(), payloads + static_cast<size_t>(i) * pages_.bytes_per_block());
+  }
+  length_ = length;
+  hot_from_ = std::clamp(hot_from, 0, length);
+  if (residual_ > 0 && ring) {
+    const size_t n = static_cast<size_t>(residual_) * pages_.kv_dim();
+    for (size_t l = 0; l < ring_k_.size(); ++l) {
+      std::copy_n(ring + (2 * l) * n, n, ring_k_[l].begin());
+      std::copy_n(ring + (2 * l + 1) * n, n, ring_v_[l].begin());
+    }
+  } else {
+    hot_from_ = length;  // no ring rows: the restored positions are read from the pages
+  }
+}
+
 KvSeqStats PagedKvCache::stats() const {
   KvSeqStats s;
   s.tokens = length_;

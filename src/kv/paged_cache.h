@@ -81,6 +81,16 @@ class PagedKvCache : public KvCache {
   void release_all();
   long evicted() const { return evicted_; }
 
+  // Snapshots (kv_snapshot.h): what a file needs, and the way back into an empty cache.
+  bool can_snapshot() const { return evicted_ == 0 && freed_blocks() == 0; }
+  int hot_from() const { return hot_from_; }
+  // Layer l's f32 ring of newest rows ([residual][kv_dim]), K or V (quantized pools only).
+  const std::vector<float>& ring(int layer, bool value) const { return value ? ring_v_[layer] : ring_k_[layer]; }
+  // Takes private blocks for `length` positions and fills them from `payloads` (one block
+  // payload each, in position order), and the ring from `ring` (K then V per layer), if any.
+  // Throws when the pool has too few free blocks; the cache is empty then.
+  void restore_rows(int length, const uint8_t* payloads, const float* ring, int hot_from);
+
   const std::vector<int>& block_table() const { return table_; }
   BlockPool& pool() const { return pool_; }
   KvPages& pages() const { return pages_; }

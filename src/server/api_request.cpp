@@ -1,5 +1,8 @@
 #include "server/api_request.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include <cmath>
 #include <set>
 
@@ -107,7 +110,7 @@ GenerationRequest parse_generation_request(const std::string& body, bool chat, c
   GenerationRequest r;
   r.chat = chat;
   std::set<std::string> known = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
-                                 "stream", "stream_options", "logprobs", "user", "ignore_eos"};
+                                 "stream", "stream_options", "logprobs", "user", "ignore_eos", "kv_load", "kv_save"};
   known.insert(chat ? "messages" : "prompt");
   if (chat) {
     known.insert("max_completion_tokens");
@@ -179,6 +182,15 @@ GenerationRequest parse_generation_request(const std::string& body, bool chat, c
   if (j.contains("n") && !j["n"].is_null()) r.n = static_cast<int>(integer(j, "n", 1, limits.max_n));
   if (j.contains("stream") && !j["stream"].is_null()) r.stream = boolean(j, "stream");
   if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) r.ignore_eos = boolean(j, "ignore_eos");
+  for (const char* key : {"kv_load", "kv_save"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_string()) bad(key, std::string("'") + key + "' must be a conversation id string");
+    const std::string id = j[key].get<std::string>();
+    const bool ok = !id.empty() && id.size() <= 64 &&
+                    std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+    if (!ok) bad(key, std::string("'") + key + "' must be 1 to 64 of A-Z, a-z, 0-9, '_' and '-'");
+    (std::string(key) == "kv_load" ? r.kv_load : r.kv_save) = id;
+  }
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     const json& so = j["stream_options"];
     if (!so.is_object()) bad("stream_options", "'stream_options' must be an object");

@@ -44,6 +44,10 @@ struct GenerationRequest {
   bool logprobs = false;
   int top_logprobs = 0;          // chat: per-token alternatives; completions: `logprobs: k`
   bool ignore_eos = false;
+  // kvlm's snapshots of a conversation (kv/kv_snapshot.h), by id ([A-Za-z0-9_-]{1,64}): restore
+  // the KV saved under kv_load for the prompt's longest common prefix, save this sequence's KV
+  // under kv_save when it finishes. Needs `kvlm serve --kv-snapshot-dir`.
+  std::string kv_load, kv_save;
 };
 
 struct Limits {

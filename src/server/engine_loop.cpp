@@ -298,6 +298,7 @@ void EngineLoop::handle(const StepEvent& ev) {
     {
       std::lock_guard<std::mutex> lock(a.job->mu);
       a.job->cached_tokens = s.reused_tokens;
+      a.job->snapshot_error = s.snapshot_error;
     }
     if (metrics_ && s.admitted_at_ms >= 0) metrics_->queue_time((s.admitted_at_ms - s.added_at_ms) / 1000.0);
     for (int c = 1; c < static_cast<int>(a.seqs.size()); ++c) {
@@ -308,6 +309,10 @@ void EngineLoop::handle(const StepEvent& ev) {
       push(c, f, f.tokens.back());
       if (f.done()) finish_choice(a, c, reason(f, f.tokens.back()));
     }
+  }
+  if (ev.finished && !s.snapshot_error.empty()) {  // kv_save happens as the sequence finishes
+    std::lock_guard<std::mutex> lock(a.job->mu);
+    a.job->snapshot_error = s.snapshot_error;
   }
   if (ev.finished) finish_choice(a, choice, reason(s, ev.token));
 }

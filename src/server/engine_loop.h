@@ -49,6 +49,7 @@ struct Job {
   std::condition_variable cv;
   std::vector<ChoiceState> choices;
   int cached_tokens = 0;
+  std::string snapshot_error;  // kv_load refused (the prompt was computed) or kv_save not written
   bool started = false;  // first token produced (or failed)
   std::string error;     // the engine failed it (then every choice is finished)
   bool cancelled = false;  // the client went away: stop everything

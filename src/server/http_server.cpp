@@ -99,6 +99,7 @@ class Responder {
       job_->cv.wait_for(lock, wait, news);
       error_ = job_->error;
       cached_tokens_ = job_->cached_tokens;
+      snapshot_error_ = job_->snapshot_error;
       for (int c = 0; c < req_.n; ++c) {
         const ChoiceState& ch = job_->choices[c];
         fresh[c].assign(ch.tokens.begin() + consumed_[c], ch.tokens.end());
@@ -180,6 +181,9 @@ class Responder {
             {"total_tokens", prompt_tokens_ + completion_tokens_},
             {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
   }
+  // kvlm's extension: why a kv_load snapshot was refused (the prompt was computed instead) or a
+  // kv_save was not written; absent when all went well.
+  const std::string& snapshot_error() const { return snapshot_error_; }
 
   json logprobs_json(const std::vector<TokenLogprob>& lps) const {
     if (!req_.logprobs) return nullptr;
@@ -234,8 +238,13 @@ class Responder {
         ch["text"] = text_[c];
       choices.push_back(ch);
     }
-    return {{"id", id_}, {"object", req_.chat ? "chat.completion" : "text_completion"}, {"created", created_},
-            {"model", model_}, {"choices", choices}, {"usage", usage()}};
+    json out = {{"id", id_}, {"object", req_.chat ? "chat.completion" : "text_completion"}, {"created", created_},
+                {"model", model_}, {"choices", choices}, {"usage", usage()}};
+    if (!snapshot_error_.empty()) {  // the reason, without the server's file path
+      const size_t at = snapshot_error_.find(".kvs: ");
+      out["kv_snapshot_error"] = at == std::string::npos ? snapshot_error_ : snapshot_error_.substr(at + 6);
+    }
+    return out;
   }
 
   const std::string& error() const { return error_; }
@@ -256,6 +265,7 @@ class Responder {
   std::vector<std::vector<TokenLogprob>> lp_;
   std::string error_;
   int completion_tokens_ = 0, cached_tokens_ = 0;
+  std::string snapshot_error_;
   Metrics* metrics_;
   double start_ms_, deadline_ms_;
   bool reported_ = false;
@@ -542,6 +552,16 @@ void HttpServer::routes() {
     if (opt_.max_tokens_cap > 0) p.max_new_tokens = std::min(p.max_new_tokens, opt_.max_tokens_cap);
     if (auto t = tenant(req.get_header_value("Authorization"))) p.salt = *t;
     p.stop_at_eos = !r.ignore_eos;
+    if (!r.kv_load.empty() || !r.kv_save.empty()) {
+      if (opt_.kv_snapshot_dir.empty())
+        throw ApiError{400, "kv_load and kv_save need the server to run with --kv-snapshot-dir", "invalid_request_error",
+                       r.kv_load.empty() ? "kv_save" : "kv_load", ""};
+      if (r.n > 1) throw ApiError{400, "kv_load and kv_save take one sequence (n = 1)", "invalid_request_error", "n", ""};
+      // The tenant's salt is in the snapshot and checked on restore; ids live per tenant too.
+      const std::string prefix = opt_.kv_snapshot_dir + "/" + (p.salt.empty() ? "open" : p.salt) + "-";
+      if (!r.kv_load.empty()) p.kv_load = prefix + r.kv_load + ".kvs";
+      if (!r.kv_save.empty()) p.kv_save = prefix + r.kv_save + ".kvs";
+    }
     static std::atomic<uint64_t> seed_counter{std::random_device{}()};
     p.sampling = {r.temperature, r.top_k, r.top_p, r.seed ? *r.seed : seed_counter.fetch_add(0x9E3779B97F4A7C15ull),
                   tok.vocab_size()};

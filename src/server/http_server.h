@@ -41,6 +41,7 @@ struct ServerOptions {
   int max_tokens_cap = 0;          // 0 = the context
   double request_timeout_s = 600;  // a request still generating then ends with finish_reason "length"
   int io_timeout_s = 30;           // reading a request's headers and body, writing a response
+  std::string kv_snapshot_dir;     // where kv_save / kv_load conversation snapshots live; "" = off
 };
 
 // What the handlers serve once the model is loaded (the server answers /health with 503 before).

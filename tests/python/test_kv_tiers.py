@@ -106,3 +106,47 @@ def test_kill9_while_writing_then_restart_serves_correctly(tmp_path):
         assert third["usage"]["prompt_tokens_details"]["cached_tokens"] >= 992
     finally:
         s.stop()
+
+
+def test_conversation_snapshots_save_and_restore(tmp_path):
+    """kv_save / kv_load (kvlm's extension fields, with --kv-snapshot-dir): a conversation saved by
+    one server is restored by a restarted one, whose output equals a server that never saved."""
+    snaps = str(tmp_path / "snaps")
+    prompt = "Once upon a time, Lily found a red ball in the garden."
+    s = Server("--kv-snapshot-dir", snaps, template=None)
+    try:
+        first = post_json(s, {"model": "stories", "prompt": prompt, "max_tokens": 12, "temperature": 0, "kv_save": "c-1"})
+        assert "kv_snapshot_error" not in first
+        assert any(f.endswith("c-1.kvs") for f in os.listdir(snaps))
+        bad = post_json(s, {"model": "stories", "prompt": prompt, "kv_save": "../etc"}, expect=400)
+        assert bad["error"]["param"] == "kv_save"
+    finally:
+        s.stop()
+    s = Server("--kv-snapshot-dir", snaps, template=None)
+    try:
+        again = post_json(s, {"model": "stories", "prompt": prompt, "max_tokens": 12, "temperature": 0, "kv_load": "c-1"})
+        assert "kv_snapshot_error" not in again
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == again["usage"]["prompt_tokens"] - 1
+        assert again["choices"][0]["text"] == first["choices"][0]["text"]
+        missing = post_json(s, {"model": "stories", "prompt": prompt, "max_tokens": 4, "temperature": 0, "kv_load": "nope"})
+        assert "cannot open" in missing["kv_snapshot_error"] and snaps not in missing["kv_snapshot_error"]
+    finally:
+        s.stop()
+    s = Server(template=None)  # no --kv-snapshot-dir: the fields are refused, never ignored
+    try:
+        r = post_json(s, {"model": "stories", "prompt": prompt, "kv_load": "c-1"}, expect=400)
+        assert "kv-snapshot-dir" in r["error"]["message"]
+    finally:
+        s.stop()
+
+
+def post_json(server, body, expect=200):
+    req = urllib.request.Request(server.base + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            assert r.status == expect
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        assert e.code == expect, (e.code, e.read())
+        return json.loads(e.read())
