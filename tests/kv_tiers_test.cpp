@@ -90,6 +90,10 @@ TEST(KvTiers, EvictedBlocksComeBackWithIdenticalLogits) {
       const KvTierStats st = e.tiers()->stats();
       EXPECT_GE(tier == std::string("host") ? st.host_hits : st.disk_hits, 8);
       for (long r : st.rejected) EXPECT_EQ(r, 0);
+      // The ledger (--kv-stats, /v1/kv) carries the tiers.
+      const KvLedger L = e.ledger();
+      EXPECT_EQ(L.to_json()["tiers"][tier]["hits"].get<long>(), tier == std::string("host") ? st.host_hits : st.disk_hits);
+      EXPECT_NE(L.to_text().find("tiers    host"), std::string::npos);
     }
 }
 

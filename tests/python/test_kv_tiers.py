@@ -4,11 +4,14 @@ writing, whose files are then torn, restarts and answers correctly (bad files re
 recomputed). Each server binds 127.0.0.1 on a free port and stops inside its test."""
 import json
 import os
-import re
+import shutil
 import signal
+import subprocess
 import time
+import urllib.error
 import urllib.request
 
+import pytest
 from conftest import Server
 
 # About 1,030 tokens with stories260K's 512-token vocabulary.
@@ -30,6 +33,20 @@ def metric(server, name, **labels):
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     return None
+
+
+def promtool_check(server):
+    """The tier series parse as Prometheus text (lint: only the ':' in names, as vLLM's own)."""
+    with urllib.request.urlopen(server.base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert "kvlm:kv_tier_bytes{" in text
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is missing: scripts/deps.sh installs Debian's prometheus package")
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert r.returncode in (0, 3), r.stderr
+    other = [p for p in r.stderr.splitlines() if p.strip() and not p.endswith("metric names should not contain ':'")]
+    assert not other, other
 
 
 def wait_for_disk_blocks(server, n, timeout=60):
@@ -62,6 +79,7 @@ def test_restarted_server_is_warm(tmp_path):
         assert metric(s, "kvlm:kv_tier_hits_total", tier="disk") >= cached // 16
         for reason in ("checksum", "truncated", "model", "codec", "tenant", "hash", "io"):
             assert metric(s, "kvlm:kv_tier_verification_failures_total", reason=reason) == 0, reason
+        promtool_check(s)
     finally:
         s.stop()
 
