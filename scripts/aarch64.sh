@@ -27,7 +27,7 @@ cmake --build "$BUILD" -j2
 NEEDS_CLI="*Cli*:ClearMessages.*:GgufMetadata.IntegerFlagsAreAccepted:HonestResults.*:KvMemory.*:KvPlan.*"
 NEEDS_CLI+=":KvQuant.BadKvDtypesAreErrors:SinkCache.TenTimesTheContextWithBoundedMemoryAndFiniteLogits"
 NEEDS_CLI+=":SpecialFiles.*:ThreadPoolStart.*:TokenizerWork.HugeVocabularyEntryIsRefused"
-NEEDS_CLI+=":SinkCache.GenerateGivesTheSameTokensPagedAndContiguous"
+NEEDS_CLI+=":SinkCache.GenerateGivesTheSameTokensPagedAndContiguous:KvSnapshot.GenerateSavesAndContinues"
 THREADS="Context.*:KvTiers.*"  # KvTiers: the disk tier's writer thread
 SLOW="*nocache*:ChatTemplates.WorkIsBounded"
 KVLM_THREADS=1 timeout 1200 qemu-aarch64 -L /usr/aarch64-linux-gnu "$BUILD/tests/kvlm_tests" --gtest_brief=1 \
