@@ -60,6 +60,7 @@ void KvPages::copy_block(int dst, int src) {
   for (int l = 0; l < static_cast<int>(kq_.size()); ++l) {
     std::memcpy(kq(l, dst), kq(l, src), nd);
     std::memcpy(vq(l, dst), vq(l, src), nd);
+    if (np == 0) continue;  // bf16 keeps no parameters (and its buffers are empty)
     std::memcpy(kp(l, dst), kp(l, src), np * sizeof(float));
     std::memcpy(vp(l, dst), vp(l, src), np * sizeof(float));
   }
@@ -83,6 +84,7 @@ void KvPages::for_each_span(int b, Fn&& fn) const {
 
 void KvPages::read_block(int b, uint8_t* out) const {
   for_each_span(b, [&](const void* p, size_t n) {
+    if (n == 0) return;  // a codec without parameters (bf16): its parameter buffer is empty
     std::memcpy(out, p, n);
     out += n;
   });
@@ -91,6 +93,7 @@ void KvPages::read_block(int b, uint8_t* out) const {
 void KvPages::write_block(int b, const uint8_t* in) {
   // The spans are this object's own rows: writing through them is writing our storage.
   for_each_span(b, [&](const void* p, size_t n) {
+    if (n == 0) return;
     std::memcpy(const_cast<void*>(p), in, n);
     in += n;
   });
