@@ -28,6 +28,7 @@ class Sha256 {
   Sha256Digest digest();  // once
 
   static Sha256Digest of(const void* data, size_t n);
+  static Sha256Digest of_string(const std::string& s) { return Sha256().add_string(s).digest(); }  // length-prefixed
 
  private:
   void* ctx_;

@@ -213,10 +213,8 @@ bool Engine::admit(Sequence& s, int& budget, int& taken, bool alone) {
   int n = todo(s);
   // A stream reserves its whole footprint (adopting a prefix may have raised the reservations of
   // the streams it shares with, so they are counted afresh); anything else takes this step's blocks.
-  const int takes = s.cache->blocks_to_reserve() > 0 ? 0 : s.cache->blocks_needed(n);
-  running_.push_back(s.id);
-  const int reserved = reserved_by_running();
-  running_.pop_back();
+  const int takes = step_takes(s, n);
+  const int reserved = reserved_by_running() + s.cache->blocks_to_reserve();
   // An oversized prompt may run alone rather than never.
   if ((n > budget && !alone) || taken + takes + reserved > pool_->num_free()) {
     s.cache.reset();
@@ -245,18 +243,17 @@ std::vector<StepEvent> Engine::step() {
   // Blocks spoken for: what the scheduled sequences take in prepare() (`taken`), and the
   // reservations of running streams, which cover their own steps.
   int taken = 0;
-  auto takes = [](const Sequence& s, int n) { return s.cache->blocks_to_reserve() > 0 ? 0 : s.cache->blocks_needed(n); };
   // 1. Running sequences first, oldest first; when the pool runs dry, the newest is preempted.
   for (size_t i = 0; i < running_.size();) {
     Sequence& s = *seqs_.at(running_[i]);
     int n = todo(s);
-    if (takes(s, n) + taken + reserved_by_running() > pool_->num_free()) {
+    if (step_takes(s, n) + taken + reserved_by_running() > pool_->num_free()) {
       preempt(*seqs_.at(running_.back()));  // never one already in the batch (those sit before i)
       continue;
     }
     if (n > budget && !batch.empty()) break;
     budget -= n;
-    taken += takes(s, n);
+    taken += step_takes(s, n);
     batch.push_back(&s);
     ++i;
   }

@@ -119,6 +119,11 @@ class Engine {
   bool past_context(const Sequence& s) const { return !streams() && static_cast<int>(s.tokens.size()) >= opt_.context; }
   // Blocks the running sequences may still take beyond those they hold (sink streams).
   int reserved_by_running() const;
+  // Blocks prepare() takes for s's next n tokens beyond its reservation: none for a stream
+  // (its reservation covers them), else what the step stores.
+  static int step_takes(const Sequence& s, int n) {
+    return s.cache->blocks_to_reserve() > 0 ? 0 : s.cache->blocks_needed(n);
+  }
   // Chained hashes of the full blocks of s's tokens (the prefix-cache keys).
   std::vector<BlockHash> block_hashes(const Sequence& s) const;
   int todo(const Sequence& s) const { return static_cast<int>(s.tokens.size() - s.cache->consumed()); }

@@ -1,13 +1,11 @@
 #include "kv/kv_snapshot.h"
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/write_file.h"
 
 namespace kvlm {
 
@@ -80,7 +78,7 @@ void check_identity(const std::string& path, const Header& h, const PagedKvCache
     fail(path, ": KV snapshot of another KV codec or shape (", h.dtype < 9 ? dtype_name(static_cast<DType>(h.dtype)) : "?",
          " pages, blocks of ", h.block_size, ", residual ", h.residual, "; this run: ", dtype_name(c.pages().dtype()),
          ", ", want.block_size, ", ", want.residual, ")");
-  const Sha256Digest s = Sha256().add_string(salt).digest();
+  const Sha256Digest s = Sha256::of_string(salt);
   if (std::memcmp(h.salt, s.data(), 32) != 0) fail(path, ": KV snapshot of another tenant");
   if (h.body_bytes != body_bytes(c, h.n_tokens, h.length)) fail(path, ": KV snapshot with inconsistent lengths");
 }
@@ -97,7 +95,7 @@ void save_kv_snapshot(const PagedKvCache& c, const std::vector<int>& tokens, con
   h.header_bytes = sizeof h;
   std::memcpy(h.model, model.data(), 32);
   fill_shape(h, c);
-  const Sha256Digest s = Sha256().add_string(salt).digest();
+  const Sha256Digest s = Sha256::of_string(salt);
   std::memcpy(h.salt, s.data(), 32);
   h.length = c.length();
   h.hot_from = c.hot_from();
@@ -125,19 +123,9 @@ void save_kv_snapshot(const PagedKvCache& c, const std::vector<int>& tokens, con
   KVLM_CHECK(body.size() == h.body_bytes, "snapshot body is ", body.size(), " bytes, expected ", h.body_bytes);
   const Sha256Digest sum = Sha256::of(body.data(), body.size());
   std::memcpy(h.checksum, sum.data(), 32);
-  // Aside, then renamed: the file at `path` is the old snapshot or the new one, never half of one.
-  const std::string tmp = path + "." + std::to_string(getpid()) + ".tmp";
-  bool ok = false;
-  if (FILE* f = std::fopen(tmp.c_str(), "wb")) {
-    ok = std::fwrite(&h, 1, sizeof h, f) == sizeof h && std::fwrite(body.data(), 1, body.size(), f) == body.size();
-    ok = std::fclose(f) == 0 && ok;
-  }
-  std::error_code ec;
-  if (ok) std::filesystem::rename(tmp, path, ec);
-  if (!ok || ec) {
-    std::filesystem::remove(tmp, ec);
+  // The file at `path` is the old snapshot or the new one, never half of one.
+  if (!write_file_atomically(path, {{&h, sizeof h}, {body.data(), body.size()}}))
     fail(path, ": cannot write the KV snapshot");
-  }
 }
 
 std::vector<int> kv_snapshot_tokens(const std::string& path) {

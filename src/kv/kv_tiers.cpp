@@ -1,13 +1,12 @@
 #include "kv/kv_tiers.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/write_file.h"
 
 namespace kvlm {
 
@@ -15,28 +14,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A block file: this header, then the payload. Little-endian, fixed size.
+// A block file: this header, then the payload. Little-endian, fixed size, no padding.
 constexpr char kMagic[8] = {'K', 'V', 'L', 'M', 'B', 'L', 'K', '1'};
 constexpr char kAlgo[8] = {'s', 'h', 'a', '2', '5', '6', 0, 0};  // the payload checksum's algorithm
 constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderBytes = 8 + 4 + 4 + 32 + 4 * 4 + 32 + 32 + 8 + 8 + 32;
 // Writes queued beyond this are dropped (counted), never waited for: decode does not block on disk.
 constexpr size_t kMaxQueuedBytes = size_t{256} << 20;
 
-template <class T>
-void put(std::vector<uint8_t>& out, const T& v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), p, p + sizeof v);
-}
-template <class T>
-T get(const uint8_t*& p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  p += sizeof v;
-  return v;
-}
+}  // namespace
 
-Sha256Digest salt_digest(const std::string& salt) { return Sha256().add_string(salt).digest(); }
+struct KvTiers::FileHeader {
+  char magic[8];
+  uint32_t version, header_bytes;
+  uint8_t model[32];
+  uint32_t dtype, block_size, kv_dim, n_layers;
+  uint8_t salt[32], hash[32];
+  uint64_t payload_bytes;
+  char algo[8];
+  uint8_t checksum[32];
+};
+static_assert(sizeof(KvTiers::FileHeader) == 176, "the block file header has no padding");
+
+namespace {
 
 bool hash_from_name(const std::string& name, BlockHash& h) {
   if (name.size() != 64 + 4 || name.substr(64) != ".kvb") return false;
@@ -51,13 +50,10 @@ bool hash_from_name(const std::string& name, BlockHash& h) {
 // Whether a block file is as long as its header says (a file of another codec or model is whole
 // too; reading it refuses it for that reason).
 bool whole_file(const std::string& path, size_t bytes) {
-  if (bytes < kHeaderBytes) return false;
+  KvTiers::FileHeader h;
   std::ifstream f(path, std::ios::binary);
-  std::vector<uint8_t> head(kHeaderBytes);
-  if (!f.read(reinterpret_cast<char*>(head.data()), kHeaderBytes)) return false;
-  uint64_t payload;
-  std::memcpy(&payload, head.data() + kHeaderBytes - 32 - 8 - 8, sizeof payload);
-  return bytes == kHeaderBytes + payload;
+  if (bytes < sizeof h || !f.read(reinterpret_cast<char*>(&h), sizeof h)) return false;
+  return bytes == sizeof h + h.payload_bytes;
 }
 
 }  // namespace
@@ -122,21 +118,21 @@ KvTiers::~KvTiers() {
 
 std::string KvTiers::file_of(const BlockHash& h) const { return (fs::path(opt_.disk_dir) / (hex(h.data(), h.size()) + ".kvb")).string(); }
 
-std::vector<uint8_t> KvTiers::header(const BlockHash& h, const Sha256Digest& salt, const Sha256Digest& checksum) const {
-  std::vector<uint8_t> out(kMagic, kMagic + 8);
-  put(out, kVersion);
-  put(out, static_cast<uint32_t>(kHeaderBytes));
-  out.insert(out.end(), model_.begin(), model_.end());
-  put(out, static_cast<uint32_t>(pages_.dtype()));
-  put(out, static_cast<uint32_t>(pages_.block_size()));
-  put(out, static_cast<uint32_t>(pages_.kv_dim()));
-  put(out, static_cast<uint32_t>(pages_.n_layers()));
-  out.insert(out.end(), salt.begin(), salt.end());
-  out.insert(out.end(), h.begin(), h.end());
-  put(out, static_cast<uint64_t>(payload_bytes_));
-  out.insert(out.end(), kAlgo, kAlgo + 8);
-  out.insert(out.end(), checksum.begin(), checksum.end());
-  KVLM_CHECK(out.size() == kHeaderBytes, "KV block header is ", out.size(), " bytes");
+KvTiers::FileHeader KvTiers::header(const BlockHash& h, const Sha256Digest& salt, const Sha256Digest& checksum) const {
+  FileHeader out{};
+  std::memcpy(out.magic, kMagic, 8);
+  out.version = kVersion;
+  out.header_bytes = sizeof out;
+  std::memcpy(out.model, model_.data(), 32);
+  out.dtype = static_cast<uint32_t>(pages_.dtype());
+  out.block_size = static_cast<uint32_t>(pages_.block_size());
+  out.kv_dim = static_cast<uint32_t>(pages_.kv_dim());
+  out.n_layers = static_cast<uint32_t>(pages_.n_layers());
+  std::memcpy(out.salt, salt.data(), 32);
+  std::memcpy(out.hash, h.data(), 32);
+  out.payload_bytes = payload_bytes_;
+  std::memcpy(out.algo, kAlgo, 8);
+  std::memcpy(out.checksum, checksum.data(), 32);
   return out;
 }
 
@@ -147,7 +143,7 @@ void KvTiers::reject(KvReject r) {
 
 void KvTiers::published(int block, const BlockHash& h, const std::string& salt) {
   if (opt_.disk_dir.empty()) return;
-  DiskJob job{h, salt_digest(salt), std::vector<uint8_t>(payload_bytes_)};
+  DiskJob job{h, Sha256::of_string(salt), std::vector<uint8_t>(payload_bytes_)};
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = disk_.find(h); it != disk_.end()) {
@@ -184,7 +180,7 @@ void KvTiers::evicted(int block, const BlockHash& h, const std::string& salt) {
   HostEntry e;
   e.payload.resize(payload_bytes_);
   pages_.read_block(block, e.payload.data());
-  e.salt = salt_digest(salt);
+  e.salt = Sha256::of_string(salt);
   e.checksum = Sha256::of(e.payload.data(), e.payload.size());
   host_lru_.push_front(h);
   e.lru = host_lru_.begin();
@@ -195,7 +191,7 @@ void KvTiers::evicted(int block, const BlockHash& h, const std::string& salt) {
 }
 
 bool KvTiers::fetch(const BlockHash& h, const std::string& salt, uint8_t* out) {
-  const Sha256Digest s = salt_digest(salt);
+  const Sha256Digest s = Sha256::of_string(salt);
   if (fetch_host(h, s, out)) return true;
   if (fetch_disk(h, s, out)) return true;
   std::lock_guard<std::mutex> lock(mu_);
@@ -248,30 +244,22 @@ bool KvTiers::fetch_disk(const BlockHash& h, const Sha256Digest& salt, uint8_t* 
   };
   std::ifstream f(path, std::ios::binary);
   if (!f) return refuse(KvReject::Io, false);
-  std::vector<uint8_t> head(kHeaderBytes);
-  if (!f.read(reinterpret_cast<char*>(head.data()), kHeaderBytes)) return refuse(KvReject::Truncated, true);
-  const uint8_t* p = head.data();
-  if (std::memcmp(p, kMagic, 8) != 0) return refuse(KvReject::Io, true);
-  p += 8;
-  if (get<uint32_t>(p) != kVersion || get<uint32_t>(p) != kHeaderBytes) return refuse(KvReject::Io, true);
-  if (std::memcmp(p, model_.data(), 32) != 0) return refuse(KvReject::Model, false);
-  p += 32;
-  const uint32_t dtype = get<uint32_t>(p), bs = get<uint32_t>(p), kv_dim = get<uint32_t>(p), layers = get<uint32_t>(p);
-  if (dtype != static_cast<uint32_t>(pages_.dtype()) || bs != static_cast<uint32_t>(pages_.block_size()) ||
-      kv_dim != static_cast<uint32_t>(pages_.kv_dim()) || layers != static_cast<uint32_t>(pages_.n_layers()))
+  FileHeader head;
+  if (!f.read(reinterpret_cast<char*>(&head), sizeof head)) return refuse(KvReject::Truncated, true);
+  if (std::memcmp(head.magic, kMagic, 8) != 0 || head.version != kVersion || head.header_bytes != sizeof head ||
+      std::memcmp(head.algo, kAlgo, 8) != 0)
+    return refuse(KvReject::Io, true);
+  // Checked in this order, so each test's damage is named by its own reason.
+  const FileHeader want = header(h, salt, Sha256Digest{});
+  if (std::memcmp(head.model, want.model, 32) != 0) return refuse(KvReject::Model, false);
+  if (head.dtype != want.dtype || head.block_size != want.block_size || head.kv_dim != want.kv_dim ||
+      head.n_layers != want.n_layers || head.payload_bytes != want.payload_bytes)
     return refuse(KvReject::Codec, false);
-  if (std::memcmp(p, salt.data(), 32) != 0) return refuse(KvReject::Tenant, false);
-  p += 32;
-  if (std::memcmp(p, h.data(), 32) != 0) return refuse(KvReject::Hash, false);
-  p += 32;
-  if (get<uint64_t>(p) != payload_bytes_) return refuse(KvReject::Codec, false);
-  if (std::memcmp(p, kAlgo, 8) != 0) return refuse(KvReject::Io, true);
-  p += 8;
-  Sha256Digest want;
-  std::memcpy(want.data(), p, 32);
+  if (std::memcmp(head.salt, want.salt, 32) != 0) return refuse(KvReject::Tenant, false);
+  if (std::memcmp(head.hash, want.hash, 32) != 0) return refuse(KvReject::Hash, false);
   if (!f.read(reinterpret_cast<char*>(out), static_cast<std::streamsize>(payload_bytes_)) || f.peek() != EOF)
     return refuse(KvReject::Truncated, true);
-  if (Sha256::of(out, payload_bytes_) != want) return refuse(KvReject::Checksum, true);
+  if (std::memcmp(Sha256::of(out, payload_bytes_).data(), head.checksum, 32) != 0) return refuse(KvReject::Checksum, true);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = disk_.find(h); it != disk_.end()) it->second.used = ++clock_;
   ++counts_.disk_hits;
@@ -297,27 +285,16 @@ void KvTiers::writer_loop() {
 }
 
 void KvTiers::write_file(const DiskJob& job) {
-  const std::vector<uint8_t> head = header(job.hash, job.salt, Sha256::of(job.payload.data(), job.payload.size()));
+  const FileHeader head = header(job.hash, job.salt, Sha256::of(job.payload.data(), job.payload.size()));
   const std::string path = file_of(job.hash);
-  // Written aside and renamed into place: a reader (or a restart after a crash) sees the whole
-  // file or none of it; a temporary file left by a crash is removed at the next start.
-  const std::string tmp = path + "." + std::to_string(getpid()) + ".tmp";
-  bool ok = false;
-  if (FILE* f = std::fopen(tmp.c_str(), "wb")) {
-    ok = std::fwrite(head.data(), 1, head.size(), f) == head.size() &&
-         std::fwrite(job.payload.data(), 1, job.payload.size(), f) == job.payload.size();
-    ok = std::fclose(f) == 0 && ok;
-  }
-  std::error_code ec;
-  if (ok) fs::rename(tmp, path, ec);
-  if (!ok || ec) {
-    fs::remove(tmp, ec);
+  // A temporary file left by a crash is removed at the next start.
+  if (!write_file_atomically(path, {{&head, sizeof head}, {job.payload.data(), job.payload.size()}})) {
     std::lock_guard<std::mutex> lock(mu_);
     ++counts_.rejected[static_cast<int>(KvReject::Io)];
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t bytes = head.size() + job.payload.size();
+  const size_t bytes = sizeof head + job.payload.size();
   if (auto it = disk_.find(job.hash); it != disk_.end()) disk_bytes_ -= it->second.bytes;
   disk_[job.hash] = {bytes, ++clock_};
   disk_bytes_ += bytes;

@@ -67,6 +67,8 @@ class KvTiers : public BlockPool::Listener {
   KvTierStats stats() const;
   size_t payload_bytes() const { return payload_bytes_; }
 
+  struct FileHeader;  // a block file's fixed header (kv_tiers.cpp)
+
  private:
   struct HostEntry {
     Sha256Digest salt, checksum;
@@ -84,7 +86,7 @@ class KvTiers : public BlockPool::Listener {
   };
 
   std::string file_of(const BlockHash& h) const;
-  std::vector<uint8_t> header(const BlockHash& h, const Sha256Digest& salt, const Sha256Digest& checksum) const;
+  FileHeader header(const BlockHash& h, const Sha256Digest& salt, const Sha256Digest& checksum) const;
   bool fetch_host(const BlockHash& h, const Sha256Digest& salt, uint8_t* out);
   bool fetch_disk(const BlockHash& h, const Sha256Digest& salt, uint8_t* out);
   void reject(KvReject r);
