@@ -224,6 +224,8 @@ def main():
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--kvlm", default=os.path.join(ROOT, "build", "kvlm"))
     ap.add_argument("--workdir", default="/tmp/kvlm_compare_llamacpp")
+    ap.add_argument("--files", help="a folder of llama.cpp-made files {shape}-{type}.gguf (bench/make_llamacpp_files.py);"
+                                    " without it, synthetic files are written by the gguf package")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     rng = np.random.default_rng(1)
@@ -232,7 +234,9 @@ def main():
         prompt = [int(x) for x in rng.integers(3, SHAPES[shape]["vocab"] - 1, size=args.prompt_tokens)]
         depth = min(args.depth, SHAPES[shape]["ctx"] - args.decode_tokens - 1)
         for qt in args.types.split(","):
-            path = os.path.join(args.workdir, f"{shape}-{qt}.gguf")
+            path = os.path.join(args.files or args.workdir, f"{shape}-{qt}.gguf")
+            if args.files and not os.path.exists(path):
+                sys.exit(f"{path} is missing: make it with bench/make_llamacpp_files.py")
             if not os.path.exists(path):
                 print(f"writing {path}", file=sys.stderr, flush=True)
                 write_gguf(path, shape, qt, args.shared)
@@ -244,7 +248,11 @@ def main():
     import llama_cpp
     print(f"\nllama-cpp-python {llama_cpp.__version__}, {args.threads} threads, {args.runs} runs, "
           f"prefill {args.prompt_tokens} tokens, decode {args.decode_tokens} tokens")
-    print(f"command: {' '.join(sys.argv)}\n")
+    print(f"command: {' '.join(sys.argv)}")
+    cpu = [l for l in open("/proc/cpuinfo") if l.startswith("flags")][0].split()
+    print("CPU SIMD flags:", " ".join(sorted(f for f in cpu if f.startswith(("avx", "fma", "f16c")))))
+    print("kvlm kernels:", subprocess.run([args.kvlm, "bench", "--help"], capture_output=True, text=True).returncode == 0
+          and os.environ.get("KVLM_ISA", "best the CPU has"), "\n")
     print("| shape | type | file MB | test | llama.cpp tok/s | kvlm tok/s | kvlm / llama.cpp |")
     print("|---|---|---|---|---|---|---|")
     for shape, qt, depth, lc, kv, size in rows:

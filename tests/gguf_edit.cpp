@@ -17,8 +17,10 @@ uint32_t ggml_type(DType t) {
     case DType::Q4_K: return 12;
     case DType::Q6_K: return 14;
     case DType::BF16: return 30;
+    case DType::Int8:
+    case DType::Int4: break;  // KV-only codecs: no GGUF type
   }
-  return 0;
+  throw std::runtime_error("no GGUF type for this dtype");
 }
 
 struct Out {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -45,11 +46,25 @@ class Buffer {
   }
   ~Buffer() { release(); }
 
+  // A view of n values someone else owns, used as they are stored (a mapped model file's
+  // weights: loading then reads nothing, and the pages stay shared with the page cache). `owner`
+  // keeps the memory alive. The memory may be a read-only mapping, so a borrowed buffer is never
+  // written: growing or assigning it first moves it to memory of its own.
+  static Buffer borrow(const T* p, size_t n, std::shared_ptr<const void> owner) {
+    Buffer b;
+    b.p_ = const_cast<T*>(p);
+    b.n_ = b.cap_ = n;
+    b.owner_ = std::move(owner);
+    return b;
+  }
+  bool borrowed() const { return owner_ != nullptr; }
+
   void swap(Buffer& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
     std::swap(cap_, o.cap_);
     std::swap(device_, o.device_);
+    std::swap(owner_, o.owner_);
   }
 
   size_t size() const { return n_; }
@@ -69,7 +84,7 @@ class Buffer {
   // Keeps the first min(n, size()) elements; new ones are zero. Growing a non-empty buffer
   // takes half as much again, so scratch that grows step by step reallocates rarely.
   void resize(size_t n) {
-    if (n > cap_) {
+    if (n > cap_ || (owner_ && n > n_)) {
       const size_t cap = cap_ > 0 ? std::max(n, cap_ + cap_ / 2) : n;
       T* q = static_cast<T*>(device_alloc(device_, cap * sizeof(T)));
       if (n_) std::memcpy(q, p_, n_ * sizeof(T));
@@ -84,7 +99,7 @@ class Buffer {
     n_ = n;
   }
   void assign(size_t n, const T& value) {
-    if (n > cap_) release();  // sized exactly: a fresh content is no growth
+    if (n > cap_ || owner_) release();  // sized exactly: a fresh content is no growth
     resize(0);
     resize(n);
     std::fill(p_, p_ + n, value);
@@ -92,7 +107,7 @@ class Buffer {
   template <class It>
   void assign(It first, It last) {
     const size_t n = static_cast<size_t>(std::distance(first, last));
-    if (n > cap_) release();
+    if (n > cap_ || owner_) release();
     resize(0);
     resize(n);
     std::copy(first, last, p_);
@@ -102,7 +117,8 @@ class Buffer {
 
  private:
   void release() {
-    if (p_) device_free(device_, p_, cap_ * sizeof(T));
+    if (p_ && !owner_) device_free(device_, p_, cap_ * sizeof(T));
+    owner_.reset();
     p_ = nullptr;
     n_ = cap_ = 0;
   }
@@ -110,6 +126,7 @@ class Buffer {
   T* p_ = nullptr;
   size_t n_ = 0, cap_ = 0;
   Device device_ = Device::Host;
+  std::shared_ptr<const void> owner_;  // set for a borrowed view (the memory is not ours to free)
 };
 
 }  // namespace kvlm

@@ -47,7 +47,11 @@ CpuFeatures detect() {
 }
 
 bool has_avx2(const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c; }
-bool has_avx512(const CpuFeatures& f) { return has_avx2(f) && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl; }
+// The AVX-512 row is the VNNI generation (Ice Lake, Zen 4 on): its int8 dots are vpdpbusd. A CPU
+// with AVX-512 but no VNNI (Skylake-X) runs the AVX2 kernels.
+bool has_avx512(const CpuFeatures& f) {
+  return has_avx2(f) && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl && f.avx512_vnni;
+}
 bool always(const CpuFeatures&) { return true; }
 
 #if defined(__x86_64__)
@@ -59,7 +63,7 @@ constexpr bool kX86 = false;
 const IsaRow kIsas[] = {
     {Isa::Scalar, "scalar", always, true},
     {Isa::Avx2, "avx2", has_avx2, kX86},     // AVX2 + FMA + F16C (the packed weights' f16 scales)
-    {Isa::Avx512, "avx512", has_avx512, false},  // F/BW/DQ/VL; kernels: the speed issue
+    {Isa::Avx512, "avx512", has_avx512, kX86},   // F/BW/DQ/VL + VNNI; where no own kernel, the AVX2 one runs
 };
 
 Isa choose() {

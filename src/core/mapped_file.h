@@ -16,6 +16,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  bool contains(const uint8_t* p) const { return p >= data_ && p < data_ + size_; }
+  // Gives back the whole pages inside [p, p + n): a tensor copied into another layout is not read
+  // from the file again, and its pages would otherwise count in the process's memory until unmap.
+  void drop_pages(const uint8_t* p, size_t n) const;
 
  private:
   std::string path_;

@@ -39,6 +39,17 @@ std::vector<std::string> TensorSource::unused() const {
   return out;
 }
 
+std::shared_ptr<const void> TensorSource::owner_of(const TensorInfo& t) const {
+  for (const auto& f : files_)
+    if (f->contains(t.data) && t.nbytes <= f->size() - static_cast<size_t>(t.data - f->data())) return f;
+  return nullptr;
+}
+
+void TensorSource::drop_pages(const TensorInfo& t) const {
+  for (const auto& f : files_)
+    if (f->contains(t.data)) f->drop_pages(t.data, t.nbytes);
+}
+
 Buffer<float> TensorSource::read_f32(const std::string& name,
                                           const std::vector<int64_t>& expect) const {
   const TensorInfo& t = get(name);

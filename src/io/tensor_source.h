@@ -31,6 +31,8 @@ struct TensorInfo {
 class TensorSource {
  public:
   void add_file(std::shared_ptr<MappedFile> f) { files_.push_back(std::move(f)); }
+  // Keeps `other`'s files alive too (a source of renamed tensors over the same mapping).
+  void share_files(const TensorSource& other) { files_.insert(files_.end(), other.files_.begin(), other.files_.end()); }
   void add(TensorInfo t);
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
@@ -38,6 +40,11 @@ class TensorSource {
   // Names never fetched through get()/read_f32(): tensors no layer uses.
   std::vector<std::string> unused() const;
   const std::map<std::string, TensorInfo>& all() const { return tensors_; }
+
+  // The mapped file holding t's bytes (to borrow them as they are), or null when t is not in one.
+  std::shared_ptr<const void> owner_of(const TensorInfo& t) const;
+  // t was copied into another layout: its file pages can go (see MappedFile::drop_pages).
+  void drop_pages(const TensorInfo& t) const;
 
   // Copies the tensor to f32 after checking its shape equals `expect`.
   Buffer<float> read_f32(const std::string& name, const std::vector<int64_t>& expect) const;

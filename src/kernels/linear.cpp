@@ -14,6 +14,7 @@
 #include "kernels/context.h"
 #include "kernels/dot.h"
 #include "kernels/ops.h"
+#include "kernels/q6k.h"
 #include "kernels/qgemm.h"
 
 namespace kvlm {
@@ -34,7 +35,10 @@ bool Linear::convert(DType f) {
   }
   if (fmt != DType::F32) {  // back to the f32 values the blocks stand for, then on
     w.resize(static_cast<size_t>(out) * in);
-    unpack_to_f32(fmt, packed.data(), out, in, w.data());
+    if (fmt == DType::Q6_K)  // rows in the file layout, not our packed groups
+      dequantize(fmt, packed.data(), w.data(), w.size());
+    else
+      unpack_to_f32(fmt, packed.data(), out, in, w.data());
     packed.clear();
     fmt = DType::F32;
     if (f == DType::F32) return true;
@@ -80,6 +84,19 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
   }
   QuantizedActs& acts = ctx.quantized_acts();  // activations to Q8_0 once per call, as llama.cpp does
   acts.quantize(x, n, in, &pool);
+  if (fmt == DType::Q6_K) {  // rows as stored in the file
+    const size_t row_bytes = static_cast<size_t>(in / kQ6kBlock) * kQ6kBlockBytes;
+    auto rows = [&](size_t r0, size_t r1) {
+      for (size_t r = r0; r < r1; ++r)
+        for (int t = 0; t < n; ++t)
+          y[static_cast<size_t>(t) * out + r] = q6k_dot_row(packed.data() + r * row_bytes, acts, t) + (B ? B[r] : 0.0f);
+    };
+    if (static_cast<size_t>(out) * in * n < kMinParallelWork)
+      rows(0, out);
+    else
+      pool.parallel_for(out, rows);
+    return;
+  }
   const size_t gbytes = q_group_bytes(fmt, in / 32);
   const int groups = (out + kGroupRows - 1) / kGroupRows;
   // Each group of 8 weight rows stays in L1 while every token tile of up to 4 passes over it.

@@ -1,5 +1,6 @@
-// Linear: a dense layer y[n][out] = x[n][in] * W^T + b, with W in f32, f16, bf16, Q8_0 or Q4_0.
-// Quantized weights are repacked at load into groups of 8 interleaved rows (kernels/qgemm.h);
+// Linear: a dense layer y[n][out] = x[n][in] * W^T + b, with W in f32, f16, bf16, Q8_0, Q4_0 or Q6_K.
+// Q8_0 and Q4_0 are repacked at load into groups of 8 interleaved rows (kernels/qgemm.h); Q6_K
+// runs as the file stores it (kernels/q6k.h);
 // activations are quantized to Q8_0 per call (as llama.cpp does) and multiplied in int8.
 #pragma once
 #include <cstddef>
@@ -21,7 +22,7 @@ struct Linear {
   DType fmt = DType::F32;
   Buffer<float> w;          // [out][in] (F32)
   Buffer<uint16_t> w16;     // [out][in] (BF16 or F16)
-  Buffer<uint8_t> packed;   // ceil(out/8) groups of 8 interleaved rows (Q8_0, Q4_0)
+  Buffer<uint8_t> packed;   // Q8_0, Q4_0: ceil(out/8) groups of 8 interleaved rows; Q6_K: GGUF rows
   Buffer<float> b;          // [out], or empty when the layer has no bias
 
   // Runs on ctx's pool, reusing its quantized-activation buffer; the short form on this

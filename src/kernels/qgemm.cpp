@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -69,17 +70,81 @@ Buffer<uint8_t> pack_quantized(DType f, const float* w, int out, int in) {
   return packed;
 }
 
-Buffer<uint8_t> pack_gguf_blocks(DType f, const uint8_t* rows, int out, int in) {
-  const int nb = in / 32, groups = (out + kGroupRows - 1) / kGroupRows;
+namespace scalar {
+void pack_gguf_group(DType f, const uint8_t* rows, int n_rows, int in, uint8_t* group) {
+  const int nb = in / 32;
   const size_t bb = q_block_bytes(f), qb = quant_bytes(f), gguf_bytes = 2 + qb;
-  Buffer<uint8_t> packed(static_cast<size_t>(groups) * nb * bb, 0);
-  for (int r = 0; r < out; ++r)
+  if (n_rows < kGroupRows) std::memset(group, 0, static_cast<size_t>(nb) * bb);
+  for (int i = 0; i < n_rows; ++i)
     for (int b = 0; b < nb; ++b) {
-      const uint8_t* src = rows + (static_cast<size_t>(r) * nb + b) * gguf_bytes;
+      const uint8_t* src = rows + (static_cast<size_t>(i) * nb + b) * gguf_bytes;
       uint16_t scale;
       std::memcpy(&scale, src, 2);
-      place_block(packed.data() + (static_cast<size_t>(r / kGroupRows) * nb + b) * bb, r % kGroupRows, scale, src + 2, qb);
+      place_block(group + b * bb, i, scale, src + 2, qb);
     }
+}
+}  // namespace scalar
+
+#if KVLM_X86
+namespace {
+// Eight stored Q8_0 rows into one packed group: per block, the 8 rows' 32 bytes are an 8 x 8
+// matrix of 4-byte chunks, and the packed block is its transpose (chunk j of rows 0..7 together).
+// Three shuffle rounds per block instead of 64 small copies; the next group's bytes are asked for
+// as each block is read (eight rows are eight short streams the hardware prefetcher misses).
+__attribute__((target("avx2"))) void pack_q8_group_avx2(const uint8_t* rows, size_t row_bytes, int nb, uint8_t* group) {
+  const size_t bb = q_block_bytes(DType::Q8_0);
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* src = rows + static_cast<size_t>(b) * 34;
+    uint8_t* dst = group + b * bb;
+    __m256i r[8];
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t* p = src + i * row_bytes;
+      _mm_prefetch(reinterpret_cast<const char*>(p + kGroupRows * row_bytes), _MM_HINT_T0);
+      std::memcpy(dst + 2 * i, p, 2);
+      r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    }
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {  // dwords of rows i, i+1 paired
+      t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  // then quads of rows
+      u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+      u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+      u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+      u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    // u[k] (k < 4) holds chunks k (low lane) and k + 4 (high lane) of rows 0..3; u[k + 4] of rows 4..7.
+    for (int k = 0; k < 4; ++k) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + kScaleBytes + 32 * k),
+                          _mm256_permute2x128_si256(u[k], u[k + 4], 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + kScaleBytes + 32 * (k + 4)),
+                          _mm256_permute2x128_si256(u[k], u[k + 4], 0x31));
+    }
+  }
+}
+}  // namespace
+#endif
+
+void pack_gguf_group(DType f, const uint8_t* rows, int n_rows, int in, uint8_t* group) {
+#if KVLM_X86
+  if (f == DType::Q8_0 && n_rows == kGroupRows && isa_at_least(Isa::Avx2))
+    return pack_q8_group_avx2(rows, static_cast<size_t>(in / 32) * 34, in / 32, group);
+#endif
+  scalar::pack_gguf_group(f, rows, n_rows, in, group);
+}
+
+Buffer<uint8_t> pack_gguf_blocks(DType f, const uint8_t* rows, int out, int in) {
+  const int groups = (out + kGroupRows - 1) / kGroupRows;
+  const size_t gbytes = q_group_bytes(f, in / 32), row_bytes = static_cast<size_t>(in / 32) * (2 + quant_bytes(f));
+  Buffer<uint8_t> packed(static_cast<size_t>(groups) * gbytes);
+  // Loading is mostly this copy: every thread takes its own groups (llama.cpp repacks in parallel too).
+  ThreadPool::global().parallel_for(groups, [&](size_t g0, size_t g1) {
+    for (size_t g = g0; g < g1; ++g) {
+      const int r0 = static_cast<int>(g) * kGroupRows;
+      pack_gguf_group(f, rows + r0 * row_bytes, std::min(kGroupRows, out - r0), in, packed.data() + g * gbytes);
+    }
+  });
   return packed;
 }
 
@@ -172,99 +237,44 @@ constexpr size_t kPrefetch = 2048;
 inline void prefetch_block(const uint8_t* p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
 }
-
-template <int NT>
-__attribute__((target("avx2,fma,f16c"))) void q4_avx2(const uint8_t* group, const QuantizedActs& a, int t0,
-                                                      float out[][kGroupRows]) {
-  const size_t bb = q_block_bytes(DType::Q4_0);
-  const __m256i low = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
-  __m256 acc[NT];
-  const int8_t* xq[NT];
-  const float *xd[NT], *x8[NT];
-  for (int t = 0; t < NT; ++t) {
-    acc[t] = _mm256_setzero_ps();
-    xq[t] = a.q.data() + static_cast<size_t>(t0 + t) * a.in;
-    xd[t] = a.d.data() + static_cast<size_t>(t0 + t) * a.nb;
-    x8[t] = a.x8.data() + static_cast<size_t>(t0 + t) * a.nb;
-  }
-  for (int b = 0; b < a.nb; ++b) {
-    const uint8_t* blk = group + b * bb;
-    if (NT == 1) prefetch_block(blk + kPrefetch, bb);
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
-    __m256i s16[NT];
-    for (int t = 0; t < NT; ++t) s16[t] = _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kScaleBytes + 32 * j));
-      const __m256i lo = _mm256_and_si256(raw, low), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-      for (int t = 0; t < NT; ++t) {
-        // 0..15 x -127..127, pairs <= 3810: eight of them still fit an int16 lane.
-        const __m256i xl = _mm256_set1_epi32(load_i32(xq[t] + b * 32 + 4 * j));
-        const __m256i xh = _mm256_set1_epi32(load_i32(xq[t] + b * 32 + 16 + 4 * j));
-        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, xl));
-        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, xh));
-      }
-    }
-    for (int t = 0; t < NT; ++t) {
-      const __m256 sum = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones)), _mm256_set1_ps(x8[t][b]));
-      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xd[t][b])), sum, acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out[t], acc[t]);
-}
-
-template <int NT>
-__attribute__((target("avx2,fma,f16c"))) void q8_avx2(const uint8_t* group, const QuantizedActs& a, int t0,
-                                                      float out[][kGroupRows]) {
-  const size_t bb = q_block_bytes(DType::Q8_0);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NT];
-  const int8_t* xq[NT];
-  const float* xd[NT];
-  for (int t = 0; t < NT; ++t) {
-    acc[t] = _mm256_setzero_ps();
-    xq[t] = a.q.data() + static_cast<size_t>(t0 + t) * a.in;
-    xd[t] = a.d.data() + static_cast<size_t>(t0 + t) * a.nb;
-  }
-  for (int b = 0; b < a.nb; ++b) {
-    const uint8_t* blk = group + b * bb;
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
-    __m256i s32[NT];
-    for (int t = 0; t < NT; ++t) s32[t] = _mm256_setzero_si256();
-    for (int j = 0; j < 8; ++j) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kScaleBytes + 32 * j));
-      const __m256i aw = _mm256_sign_epi8(w, w);  // |w| as the unsigned operand, w's sign moved onto x
-      for (int t = 0; t < NT; ++t) {
-        const __m256i x = _mm256_set1_epi32(load_i32(xq[t] + b * 32 + 4 * j));
-        const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
-        s32[t] = _mm256_add_epi32(s32[t], _mm256_madd_epi16(p, ones));
-      }
-    }
-    for (int t = 0; t < NT; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xd[t][b])), _mm256_cvtepi32_ps(s32[t]), acc[t]);
-  }
-  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out[t], acc[t]);
-}
-
-template <int NT>
-void dispatch_nt(DType f, const uint8_t* group, const QuantizedActs& a, int t0, float out[][kGroupRows]) {
-  if (f == DType::Q4_0)
-    q4_avx2<NT>(group, a, t0, out);
-  else
-    q8_avx2<NT>(group, a, t0, out);
-}
-
 }  // namespace
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace avx2 {
+#define KVLM_QGEMM_VNNI 0
+#include "kernels/qgemm_simd.inc"
+#undef KVLM_QGEMM_VNNI
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
+namespace avx512 {
+#define KVLM_QGEMM_VNNI 1
+#include "kernels/qgemm_simd.inc"
+#undef KVLM_QGEMM_VNNI
+}  // namespace avx512
+#pragma GCC pop_options
 #endif  // KVLM_X86
 
 void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
   KVLM_CHECK(nt >= 1 && nt <= 4, "qgemm_group takes 1 to 4 tokens, not ", nt);
 #if KVLM_X86
+  if (isa_at_least(Isa::Avx512)) {
+    switch (nt) {
+      case 1: return avx512::dispatch_nt<1>(f, group, a, t0, out);
+      case 2: return avx512::dispatch_nt<2>(f, group, a, t0, out);
+      case 3: return avx512::dispatch_nt<3>(f, group, a, t0, out);
+      default: return avx512::dispatch_nt<4>(f, group, a, t0, out);
+    }
+  }
   if (isa_at_least(Isa::Avx2)) {
     switch (nt) {
-      case 1: return dispatch_nt<1>(f, group, a, t0, out);
-      case 2: return dispatch_nt<2>(f, group, a, t0, out);
-      case 3: return dispatch_nt<3>(f, group, a, t0, out);
-      default: return dispatch_nt<4>(f, group, a, t0, out);
+      case 1: return avx2::dispatch_nt<1>(f, group, a, t0, out);
+      case 2: return avx2::dispatch_nt<2>(f, group, a, t0, out);
+      case 3: return avx2::dispatch_nt<3>(f, group, a, t0, out);
+      default: return avx2::dispatch_nt<4>(f, group, a, t0, out);
     }
   }
 #endif

@@ -30,6 +30,8 @@ inline size_t q_group_bytes(DType f, int nb) { return q_block_bytes(f) * nb; }
 // Quantizes rows [out][in] (in a multiple of 32) and packs them; rows past `out` in the last
 // group are zero. Returns ceil(out/8) groups.
 Buffer<uint8_t> pack_quantized(DType f, const float* w, int out, int in);
+// Packs n_rows <= 8 rows stored as GGUF blocks into one group (rows past n_rows zero).
+void pack_gguf_group(DType f, const uint8_t* rows, int n_rows, int in, uint8_t* group);
 // Packs rows stored as GGUF blocks ([f16 scale][quants], 34 / 18 bytes) as they are.
 Buffer<uint8_t> pack_gguf_blocks(DType f, const uint8_t* rows, int out, int in);
 // The f32 values packed weights stand for (as GGUF's dequantize gives them).
@@ -48,7 +50,14 @@ struct QuantizedActs {
 // out[t][i] = dot(row i of the group, token t0 + t), for nt <= 4 tokens.
 void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]);
 
+// The fixed order the row kernels (q8_rows, q6k) sum their 8 float lanes in, SIMD and scalar
+// alike: (0+4, 1+5, 2+6, 3+7), then (0+2) + (1+3).
+inline float sum_8_lanes(const float l[8]) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 namespace scalar {
+void pack_gguf_group(DType f, const uint8_t* rows, int n_rows, int in, uint8_t* group);
 // Same arithmetic in the same order (integer block sums, then one fused multiply-add per
 // block), so the result is bit-identical to the dispatched kernel.
 void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]);

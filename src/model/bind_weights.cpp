@@ -1,24 +1,68 @@
 #include "model/bind_weights.h"
 
+#include <cstring>
+
 #include "core/error.h"
 #include "kernels/qgemm.h"
 
 namespace kvlm {
+
+namespace {
+
+// t's bytes as a buffer of T: borrowed from the mapping where they are aligned for T, else copied.
+template <class T>
+Buffer<T> stored_as(const TensorSource& s, const TensorInfo& t) {
+  const size_t n = t.nbytes / sizeof(T);
+  auto owner = s.owner_of(t);
+  if (owner && reinterpret_cast<uintptr_t>(t.data) % alignof(T) == 0)
+    return Buffer<T>::borrow(reinterpret_cast<const T*>(t.data), n, std::move(owner));
+  Buffer<T> copy(n);
+  std::memcpy(copy.data(), t.data, t.nbytes);
+  return copy;
+}
+
+}  // namespace
 
 Linear bind_linear(const TensorSource& s, const std::string& name, int out, int in, bool bias) {
   Linear l;
   l.out = out;
   l.in = in;
   const TensorInfo& t = s.get(name + ".weight");
-  if ((t.dtype == DType::Q8_0 || t.dtype == DType::Q4_0) && t.shape == std::vector<int64_t>{out, in} &&
-      t.nbytes == static_cast<size_t>(out) * dtype_row_bytes(t.dtype, in, t.name)) {
+  const bool row_major = t.shape == std::vector<int64_t>{out, in} &&
+                         t.nbytes == static_cast<size_t>(out) * dtype_row_bytes(t.dtype, in, t.name);
+  // Each matrix runs in its stored type where a kernel takes it: the halves, f32 and Q6_K straight
+  // from the mapping; Q8_0 / Q4_0 repacked (the file's pages then go); others widen exactly.
+  // (Q8_0 from the mapping was tried: rows packed on the fly each step cost decode 40%, and a
+  // row-major kernel cost prefill 1.6x and summed in another order than the batched kernel.)
+  if (row_major && (t.dtype == DType::Q8_0 || t.dtype == DType::Q4_0)) {
     l.fmt = t.dtype;
     l.packed = pack_gguf_blocks(l.fmt, t.data, out, in);
+    s.drop_pages(t);
+  } else if (row_major && t.dtype == DType::Q6_K) {
+    l.fmt = t.dtype;
+    l.packed = stored_as<uint8_t>(s, t);
+  } else if (row_major && (t.dtype == DType::F16 || t.dtype == DType::BF16)) {
+    l.fmt = t.dtype;
+    l.w16 = stored_as<uint16_t>(s, t);
+  } else if (row_major && t.dtype == DType::F32) {
+    l.w = stored_as<float>(s, t);
   } else {
     l.w = s.read_f32(name + ".weight", {out, in});
   }
   if (bias) l.b = s.read_f32(name + ".bias", {out});
   return l;
+}
+
+void bind_lm_head(const TensorSource& s, const std::string& embedding, Model& m) {
+  const ModelConfig& c = m.cfg;
+  if (!c.tied_embeddings) {
+    m.lm_head = bind_linear(s, "lm_head", c.vocab_size, c.dim, false);
+    return;
+  }
+  // Tied: an f32 table is read in place by the forward; a stored half or block type runs as the
+  // head in that type (never widened into a second f32 copy, never narrowed).
+  if (s.get(embedding + ".weight").dtype != DType::F32)
+    m.lm_head = bind_linear(s, embedding, c.vocab_size, c.dim, false);
 }
 
 Linear bind_conv1d(const TensorSource& s, const std::string& name, int in, int out) {
@@ -88,7 +132,7 @@ void bind_gpt_like(const TensorSource& s, Model& m, bool conv,
     bind_gpt_norms_and_mlp(s, lp, c, m.layers[i], conv);
     attention(lp, m.layers[i]);
   }
-  if (!c.tied_embeddings) m.lm_head = bind_linear(s, "lm_head", c.vocab_size, c.dim, false);
+  bind_lm_head(s, p + "wte", m);
 }
 
 }  // namespace kvlm

@@ -11,6 +11,9 @@ namespace kvlm {
 // nn.Linear [out][in], our layout. GGUF Q8_0 / Q4_0 matrices are packed from their blocks as
 // stored: no f32 copy of the model is made for them.
 Linear bind_linear(const TensorSource& s, const std::string& name, int out, int in, bool bias);
+// The LM head: "lm_head", or when the config ties it, the embedding tensor `embedding` (without
+// ".weight") in its stored type; an f32 tied table is left to the forward (lm_head stays empty).
+void bind_lm_head(const TensorSource& s, const std::string& embedding, Model& m);
 // HF Conv1D [in][out] (GPT-2), transposed once at load; always has a bias.
 Linear bind_conv1d(const TensorSource& s, const std::string& name, int in, int out);
 // Rows [first, first + count) of a fused projection (GPT-2's c_attn holds q, k and v).

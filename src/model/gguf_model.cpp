@@ -118,6 +118,7 @@ std::unique_ptr<Model> load_gguf_model(const GgufFile& g) {
       m->stored_format = dtype_traits(t).roles & kAsWeights ? t : DType::F32;
     }
   TensorSource renamed;
+  renamed.share_files(g.tensors);
   for (const auto& [name, t] : g.tensors.all()) {
     TensorInfo copy = t;
     copy.name = hf_name(name, *family.gguf_names);

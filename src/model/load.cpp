@@ -53,6 +53,7 @@ void Model::check_shapes(const std::string& source) const {
       fail(source, ": ", what, " is [", l.out, ", ", l.in, "], the config needs [", out, ", ", in, "]");
     if (!l.b.empty()) need(l.b.size(), static_cast<size_t>(out), what + " bias");
     if (l.fmt == DType::F32) need(l.w.size(), static_cast<size_t>(out) * in, what);
+    if (l.fmt == DType::F16 || l.fmt == DType::BF16) need(l.w16.size(), static_cast<size_t>(out) * in, what);
   };
   const size_t dim = c.dim;
   need(tok_emb.size(), static_cast<size_t>(c.vocab_size) * dim, "token embedding");
@@ -212,8 +213,15 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& we
     m = load_llama2c(path);
   }
   m->check_shapes(path);
-  DType f = weights.empty() ? m->stored_format : parse_dtype(weights, kAsWeights, "weight type");
-  if (f != DType::F32) m->convert_weights(f);
+  // Each matrix was bound in its stored type (or widened exactly where no kernel takes it). Only
+  // an asked-for type converts them all; as stored, halves re-encode the matrices that had to be
+  // copied (GPT-2's transposed Conv1D) exactly, and nothing is ever narrowed unasked.
+  if (!weights.empty()) {
+    DType f = parse_dtype(weights, kAsWeights, "weight type");
+    if (f != DType::F32) m->convert_weights(f);
+  } else if (m->stored_format == DType::F16 || m->stored_format == DType::BF16) {
+    m->convert_weights(m->stored_format);
+  }
   m->fingerprint = model_fingerprint(*m, path);
   return m;
 }

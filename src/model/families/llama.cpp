@@ -133,7 +133,7 @@ void bind_llama_like(const TensorSource& s, Model& m, TensorLayout) {
     L.w_down = bind_linear(s, p + "mlp.down_proj", c.dim, c.hidden_dim, mlp_bias);
   }
   m.final_norm = s.read_f32("model.norm.weight", {c.dim});
-  if (!c.tied_embeddings) m.lm_head = bind_linear(s, "lm_head", c.vocab_size, c.dim, false);
+  bind_lm_head(s, "model.embed_tokens", m);
 }
 
 const GgufNames kLlamaGgufNames = {

@@ -1,0 +1,107 @@
+#include "kernels/q6k.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <cmath>
+#include <cstring>
+
+#include "core/cpu.h"
+#include "core/half.h"
+
+namespace kvlm {
+
+namespace {
+
+float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+}  // namespace
+
+namespace scalar {
+float q6k_dot_row(const uint8_t* row, const QuantizedActs& a, int t) {
+  const int8_t* xq = a.q.data() + static_cast<size_t>(t) * a.in;
+  const float* xd = a.d.data() + static_cast<size_t>(t) * a.nb;
+  float lane[8] = {};
+  int q[kQ6kBlock];
+  for (int sb = 0; sb < a.in / kQ6kBlock; ++sb) {
+    const uint8_t* b = row + static_cast<size_t>(sb) * kQ6kBlockBytes;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = f16_at(b + 208);
+    for (int n = 0; n < 2; ++n) {  // as ggml's dequantize_row_q6_K unpacks them
+      const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+      for (int l = 0; l < 32; ++l) {
+        q[128 * n + l] = (ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4);
+        q[128 * n + l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+        q[128 * n + l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+        q[128 * n + l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+      }
+    }
+    for (int g = 0; g < 8; ++g) {  // one Q8_0 activation block: values 32g..32g+31, scales 2g, 2g+1
+      const int blk = sb * 8 + g;
+      const float s = d * xd[blk];
+      for (int j = 0; j < 8; ++j) {
+        int32_t sum = 0;
+        for (int v = 32 * g + 4 * j; v < 32 * g + 4 * j + 4; ++v) sum += sc[v / 16] * (q[v] - 32) * xq[32 * sb * 8 + v];
+        lane[j] = std::fma(static_cast<float>(sum), s, lane[j]);
+      }
+    }
+  }
+  return sum_8_lanes(lane);
+}
+}  // namespace scalar
+
+#if KVLM_X86
+namespace {
+__attribute__((target("avx2,fma,f16c"))) float q6k_avx2(const uint8_t* row, const QuantizedActs& a, int t) {
+  const int8_t* xq = a.q.data() + static_cast<size_t>(t) * a.in;
+  const float* xd = a.d.data() + static_cast<size_t>(t) * a.nb;
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int sb = 0; sb < a.in / kQ6kBlock; ++sb) {
+    const uint8_t* b = row + static_cast<size_t>(sb) * kQ6kBlockBytes;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = f16_at(b + 208);
+    for (int n = 0; n < 2; ++n) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * n));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * n + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * n));
+      // The high 2 bits, masked before the 16-bit shifts so nothing crosses into a neighbour byte.
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4)),
+      };
+      for (int k = 0; k < 4; ++k) {
+        const int g = 4 * n + k, blk = sb * 8 + g;
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + static_cast<size_t>(blk) * 32));
+        // (q0 - 32) x0 + (q1 - 32) x1 per int16 lane: |.| <= 8128, no saturation on the way.
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], x), _mm256_maddubs_epi16(k32, x));
+        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, scales)), _mm256_set1_ps(d * xd[blk]), acc);
+      }
+    }
+  }
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, acc);
+  return sum_8_lanes(lane);
+}
+}  // namespace
+#endif
+
+float q6k_dot_row(const uint8_t* row, const QuantizedActs& a, int t) {
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) return q6k_avx2(row, a, t);
+#endif
+  return scalar::q6k_dot_row(row, a, t);
+}
+
+}  // namespace kvlm

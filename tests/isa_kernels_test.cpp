@@ -1,0 +1,159 @@
+// Every SIMD path against its scalar twin, at every ISA the CPU has (one run per row of the ISA
+// table, capped with IsaScope), over sizes and misaligned pointers. A row the CPU lacks is
+// reported SKIPPED with its name, so the CI log shows which paths ran.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/half.h"
+#include "kernels/dtype.h"
+#include "kernels/q6k.h"
+#include "kernels/linear.h"
+#include "kernels/qgemm.h"
+#include "test_support.h"
+
+namespace kvlm {
+namespace {
+
+using test::randn;
+
+// Runs `check` once under each SIMD row of the ISA table the CPU supports and kvlm has kernels for.
+template <class F>
+void for_each_simd_isa(F check) {
+  int n = 0;
+  const IsaRow* rows = isa_table(&n);
+  int ran = 0;
+  for (int i = 0; i < n; ++i) {
+    if (rows[i].isa == Isa::Scalar) continue;
+    if (!rows[i].has_kernels || !rows[i].supported(cpu_features()) ||
+        static_cast<int>(active_isa()) < static_cast<int>(rows[i].isa)) {
+      std::printf("[  SKIPPED ] %s: this CPU (or KVLM_ISA) has no %s path to test\n",
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), rows[i].name);
+      continue;
+    }
+    std::printf("[  ISA     ] %s: testing the %s path\n",
+                ::testing::UnitTest::GetInstance()->current_test_info()->name(), rows[i].name);
+    IsaScope scope(rows[i].isa);
+    SCOPED_TRACE(rows[i].name);
+    check();
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "no SIMD path on this CPU: only the scalar twins run";
+}
+
+// Random Q6_K rows: any bytes are a valid block once its f16 scale is a sane number.
+std::vector<uint8_t> random_q6k(int rows, int in, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(static_cast<size_t>(rows) * (in / kQ6kBlock) * kQ6kBlockBytes);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  std::normal_distribution<float> nd(0.0f, 0.01f);
+  for (size_t o = 0; o < v.size(); o += kQ6kBlockBytes) {
+    const uint16_t d = f32_to_f16(nd(rng));
+    std::memcpy(&v[o + 208], &d, 2);
+  }
+  return v;
+}
+
+TEST(IsaKernels, Q6kRowDotMatchesScalarTwinAndDequantizedValues) {
+  for_each_simd_isa([] {
+    for (int in : {256, 512, 768, 2048})
+      for (int off = 0; off < 4; ++off) {
+        const int n = 3;
+        auto w = random_q6k(1, in, in + off);
+        std::vector<uint8_t> shifted(w.size() + off);  // misaligned rows
+        std::copy(w.begin(), w.end(), shifted.begin() + off);
+        auto x = randn(static_cast<size_t>(n) * in, 7 + in);
+        QuantizedActs acts;
+        acts.quantize(x.data(), n, in);
+        std::vector<float> wf(in);
+        dequantize(DType::Q6_K, w.data(), wf.data(), in);
+        for (int t = 0; t < n; ++t) {
+          const float got = q6k_dot_row(shifted.data() + off, acts, t);
+          const float twin = scalar::q6k_dot_row(w.data(), acts, t);
+          ASSERT_EQ(std::memcmp(&got, &twin, 4), 0) << "in " << in << " off " << off << ": " << got << " vs " << twin;
+          // Against the values themselves (ggml's decoder, checked against the gguf package):
+          // the only difference is the activations' Q8_0 rounding.
+          double ref = 0, mag = 0;
+          for (int i = 0; i < in; ++i) {
+            const double xv = acts.q[static_cast<size_t>(t) * in + i] * static_cast<double>(acts.d[t * acts.nb + i / 32]);
+            ref += wf[i] * xv;
+            mag += std::fabs(wf[i] * xv);
+          }
+          EXPECT_NEAR(got, ref, 1e-5 * mag + 1e-6) << "in " << in;
+        }
+      }
+  });
+}
+
+TEST(IsaKernels, StoredQ8RowsPackIntoTheSameGroupAsTheScalarTwin) {
+  for_each_simd_isa([] {
+    for (int nb : {1, 2, 7, 64})
+      for (int off = 0; off < 3; ++off) {
+        const int in = nb * 32;
+        auto wf = randn(static_cast<size_t>(kGroupRows) * in, nb + off);
+        std::vector<uint8_t> rows(kGroupRows * dtype_row_bytes(DType::Q8_0, in, "test") + off);
+        dtype_traits(DType::Q8_0).from_float(wf.data(), rows.data() + off, wf.size());
+        std::vector<uint8_t> got(q_group_bytes(DType::Q8_0, nb)), want(got.size());
+        pack_gguf_group(DType::Q8_0, rows.data() + off, kGroupRows, in, got.data());
+        scalar::pack_gguf_group(DType::Q8_0, rows.data() + off, kGroupRows, in, want.data());
+        ASSERT_EQ(got, want) << "nb " << nb << " off " << off;
+      }
+  });
+}
+
+TEST(IsaKernels, PackedQuantizedGemmMatchesScalarTwinAtEveryIsa) {
+  for_each_simd_isa([] {
+    for (DType f : {DType::Q8_0, DType::Q4_0})
+      for (int nb = 1; nb <= 17; nb += 4)
+        for (int off = 0; off < 3; ++off) {
+          const int in = nb * 32, n = 5;
+          auto w = randn(static_cast<size_t>(kGroupRows) * in, nb + 50), x = randn(static_cast<size_t>(n) * in, 200 + nb);
+          auto packed = pack_quantized(f, w.data(), kGroupRows, in);
+          std::vector<uint8_t> shifted(packed.size() + off);
+          std::copy(packed.begin(), packed.end(), shifted.begin() + off);
+          QuantizedActs acts;
+          acts.quantize(x.data(), n, in);
+          for (int nt = 1; nt <= 4; ++nt) {
+            float got[4][kGroupRows], ref[4][kGroupRows];
+            qgemm_group(f, shifted.data() + off, acts, 1, nt, got);
+            scalar::qgemm_group(f, packed.data(), acts, 1, nt, ref);
+            ASSERT_EQ(std::memcmp(got, ref, sizeof(float) * kGroupRows * nt), 0)
+                << dtype_name(f) << " nb " << nb << " nt " << nt << " off " << off;
+          }
+        }
+  });
+}
+
+}  // namespace
+}  // namespace kvlm
+
+namespace kvlm {
+namespace {
+// A Q8_0 layer gives each token the same values whether it runs alone or among many (token
+// tiles of 1 to 4): the cache's decode must equal a prefill bit for bit.
+TEST(IsaKernels, Q8LinearGivesEachTokenTheSameValuesAloneOrInABatch) {
+  for (int out : {5, 8, 37, 64})
+    for (int in : {32, 64, 96}) {
+      Linear l;
+      l.out = out;
+      l.in = in;
+      auto w = randn(static_cast<size_t>(out) * in, out + in);
+      l.w.assign(w.begin(), w.end());
+      l.b = randn(out, 3);
+      ASSERT_TRUE(l.convert(DType::Q8_0));
+      const int n = 11;
+      auto x = randn(static_cast<size_t>(n) * in, 9);
+      std::vector<float> batch(static_cast<size_t>(n) * out), alone(out);
+      l.forward(x.data(), n, batch.data());
+      for (int t = 0; t < n; ++t) {
+        l.forward(x.data() + static_cast<size_t>(t) * in, 1, alone.data());
+        for (int i = 0; i < out; ++i)
+          ASSERT_EQ(alone[i], batch[static_cast<size_t>(t) * out + i]) << "out " << out << " in " << in << " t " << t << " row " << i;
+      }
+    }
+}
+}  // namespace
+}  // namespace kvlm
