@@ -40,8 +40,7 @@ void cached_runs(const KvLayerView& kv, int kv_dim, int hd, int g, int from, int
       const KvRowCodec& c = *kv.codec;
       const uint8_t* data = (values ? kv.vq : kv.kq) + r * c.data_bytes();
       const float* params = (values ? kv.vp : kv.kp) + r * c.n_params();
-      for (int i = 0; i < n; ++i)
-        c.decode_head(data + i * c.data_bytes(), params + i * c.n_params(), g, deq + static_cast<size_t>(i) * hd);
+      c.decode_rows(data, params, g, n, deq);
       fn(j - from, deq, static_cast<size_t>(hd), n);
     } else {
       fn(j - from, (values ? kv.v : kv.k) + r * kv_dim + g * hd, static_cast<size_t>(kv_dim), n);

@@ -69,8 +69,8 @@ void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
 namespace {
 // Attention decodes every cached row it reads, so the decoders are vectorized; they compute the
 // same products as the scalar code below (one multiply, or one fused multiply-add for int4).
-__attribute__((target("avx2,fma"))) bool decode_head_avx2(DType t, const uint8_t* data, const float* params, int h,
-                                                          int head_dim, float* out) {
+__attribute__((target("avx2,fma"))) inline bool decode_head_avx2(DType t, const uint8_t* data, const float* params,
+                                                                 int h, int head_dim, float* out) {
   const int base = h * head_dim;
   if (head_dim % 8 != 0) return false;
   if (t == DType::BF16) {
@@ -107,8 +107,31 @@ __attribute__((target("avx2,fma"))) bool decode_head_avx2(DType t, const uint8_t
   }
   return false;
 }
+// The run's rows in one call: the type is switched on once, and the row loop inlines the decoder.
+__attribute__((target("avx2,fma"))) bool decode_rows_avx2(const KvRowCodec& c, const uint8_t* data, const float* params,
+                                                          int h, int n, float* out) {
+  if (c.head_dim % 8 != 0 || (c.dtype == DType::Int4 && c.head_dim % 32 != 0)) return false;
+  const size_t db = c.data_bytes(), pn = c.n_params();
+  const size_t head_bytes = c.dtype == DType::Int4 ? c.head_dim / 2 : c.dtype == DType::Int8 ? c.head_dim : 2 * c.head_dim;
+  const size_t head_at = h * head_bytes;
+  for (int i = 0; i < n; ++i) {
+    // Rows are a whole KV row apart: ask for the rows 8 ahead (see attention.cpp's prefetch).
+    for (size_t o = 0; o < head_bytes; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(data + (i + 8) * db + head_at + o), _MM_HINT_T0);
+    decode_head_avx2(c.dtype, data + i * db, params + i * pn, h, c.head_dim, out + static_cast<size_t>(i) * c.head_dim);
+  }
+  return true;
+}
 }  // namespace
 #endif  // KVLM_X86
+
+void KvRowCodec::decode_rows(const uint8_t* data, const float* params, int h, int n, float* out) const {
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2) && decode_rows_avx2(*this, data, params, h, n, out)) return;
+#endif
+  for (int i = 0; i < n; ++i)
+    decode_head_scalar(data + i * data_bytes(), params + i * n_params(), h, out + static_cast<size_t>(i) * head_dim);
+}
 
 void KvRowCodec::decode_head(const uint8_t* data, const float* params, int h, float* out) const {
 #if KVLM_X86

@@ -28,6 +28,9 @@ struct KvRowCodec {
   // Decodes head h's head_dim values of a row into out.
   void decode_head(const uint8_t* data, const float* params, int h, float* out) const;  // AVX2 when present
   void decode_head_scalar(const uint8_t* data, const float* params, int h, float* out) const;  // its twin
+  // Head h of n consecutive rows into out[n][head_dim]: what attention calls, a run at a time
+  // (per-row calls cost as much as the decoding at long contexts).
+  void decode_rows(const uint8_t* data, const float* params, int h, int n, float* out) const;
 };
 
 // Whether a codec can hold rows of this shape (int4 needs kv_dim divisible by 32).
