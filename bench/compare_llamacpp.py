@@ -196,10 +196,11 @@ def llamacpp_times(path, threads, runs, prompt_ids, decode_n, depth):
     return res
 
 
-def kvlm_times(path, threads, runs, prompt_ids, decode_n, depth, kvlm):
+def kvlm_times(path, threads, runs, prompt_ids, decode_n, depth, kvlm, kv_dtype="f32"):
     def bench(prompt, new):
         cmd = [kvlm, "bench", "--model", path, "--prompt-ids", ",".join(map(str, prompt)), "--new-tokens", str(new),
-               "--runs", str(runs), "--warmup", "1", "--cache-on-only", "--json", "--threads", str(threads)]
+               "--runs", str(runs), "--warmup", "1", "--cache-on-only", "--json", "--threads", str(threads),
+               "--kv-dtype", kv_dtype]
         return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
     pre = bench(prompt_ids, 2)
@@ -224,6 +225,8 @@ def main():
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--kvlm", default=os.path.join(ROOT, "build", "kvlm"))
     ap.add_argument("--workdir", default="/tmp/kvlm_compare_llamacpp")
+    ap.add_argument("--kv-dtype", default="f32",
+                    help="kvlm's KV type (llama.cpp's default KV cache is f16: bf16 reads the same bytes)")
     ap.add_argument("--files", help="a folder of llama.cpp-made files {shape}-{type}.gguf (bench/make_llamacpp_files.py);"
                                     " without it, synthetic files are written by the gguf package")
     args = ap.parse_args()
@@ -243,11 +246,12 @@ def main():
             print(f"{shape} {qt}: llama.cpp", file=sys.stderr, flush=True)
             lc = llamacpp_times(path, args.threads, args.runs, prompt, args.decode_tokens, depth)
             print(f"{shape} {qt}: kvlm", file=sys.stderr, flush=True)
-            kv = kvlm_times(path, args.threads, args.runs, prompt, args.decode_tokens, depth, args.kvlm)
+            kv = kvlm_times(path, args.threads, args.runs, prompt, args.decode_tokens, depth, args.kvlm, args.kv_dtype)
             rows.append((shape, qt, depth, lc, kv, os.path.getsize(path)))
     import llama_cpp
     print(f"\nllama-cpp-python {llama_cpp.__version__}, {args.threads} threads, {args.runs} runs, "
-          f"prefill {args.prompt_tokens} tokens, decode {args.decode_tokens} tokens")
+          f"prefill {args.prompt_tokens} tokens, decode {args.decode_tokens} tokens; KV: llama.cpp f16 (its default), "
+          f"kvlm {args.kv_dtype}")
     print(f"command: {' '.join(sys.argv)}")
     cpu = [l for l in open("/proc/cpuinfo") if l.startswith("flags")][0].split()
     print("CPU SIMD flags:", " ".join(sorted(f for f in cpu if f.startswith(("avx", "fma", "f16c")))))

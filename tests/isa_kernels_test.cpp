@@ -28,10 +28,13 @@ void for_each_simd_isa(F check) {
   int ran = 0;
   for (int i = 0; i < n; ++i) {
     if (rows[i].isa == Isa::Scalar) continue;
-    if (!rows[i].has_kernels || !rows[i].supported(cpu_features()) ||
-        static_cast<int>(active_isa()) < static_cast<int>(rows[i].isa)) {
-      std::printf("[  SKIPPED ] %s: this CPU (or KVLM_ISA) has no %s path to test\n",
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), rows[i].name);
+    const char* why = !rows[i].has_kernels                 ? "kvlm has no kernels for"
+                      : !rows[i].supported(cpu_features()) ? "this CPU lacks"
+                      : static_cast<int>(active_isa()) < static_cast<int>(rows[i].isa) ? "KVLM_ISA caps below"
+                                                                                       : nullptr;
+    if (why) {
+      std::printf("[  SKIPPED ] %s: %s %s: that path is not tested here\n",
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), why, rows[i].name);
       continue;
     }
     std::printf("[  ISA     ] %s: testing the %s path\n",

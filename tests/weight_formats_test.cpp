@@ -260,3 +260,24 @@ TEST(WeightFormats, Stories260KWithEveryWeightType) {
 
 }  // namespace
 }  // namespace kvlm
+
+namespace kvlm {
+namespace {
+// Loading keeps every matrix in the file's type: GPT-2's fused q/k/v once came out of the split as
+// f32 (4x the bytes per decode step) once nothing re-encoded it after loading.
+TEST(WeightFormats, EveryMatrixKeepsTheFileTypeAfterLoading) {
+  for (const char* fixture : {"gpt2_tiny", "llama_tiny"}) {
+    auto m = load_model(test::fixtures_dir() + "/" + fixture + "/model-Q8_0.gguf");
+    for (const LayerWeights& L : m->layers)
+      for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+        if (l->out > 0) {
+          EXPECT_EQ(l->fmt, DType::Q8_0) << fixture;
+        }
+      }
+    if (m->lm_head.out > 0) {
+      EXPECT_EQ(m->lm_head.fmt, DType::Q8_0) << fixture;
+    }
+  }
+}
+}  // namespace
+}  // namespace kvlm

@@ -152,13 +152,24 @@ json sweep(const Model& m, const BenchArgs& a, std::vector<Series>& plot) {
   return rows;
 }
 
-// Decode TPOT and KV bytes per KV type at long contexts. The cache is filled with random K/V
+// Bytes one decode step reads at least: every matrix once (the embedding only one row; a tied f32
+// head reads the table itself).
+size_t decode_matrix_bytes(const Model& m) {
+  size_t bytes = m.weight_bytes() - m.embedding_bytes() - m.pos_emb.size() * sizeof(float);
+  if (m.lm_head.out == 0) bytes += m.tok_emb.bytes();
+  return bytes;
+}
+
+// Decode TPOT and KV bytes per KV type at long contexts, against the bandwidth roofline: the
+// matrices and the KV read once per step at the triad bandwidth measured in the same run. The cache is filled with random K/V
 // (decode cost depends on the cache's size and type, not its values), so no long prefill runs.
 json kv_type_table(const Model& m, const BenchArgs& a) {
   json rows = json::array();
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const ModelConfig& c = m.cfg;
+  const double triad = measure_triad_gbps();
+  const size_t matrix_bytes = decode_matrix_bytes(m);
   for (const std::string& name : a.kv_dtypes) {
     DType dt = parse_dtype(name, kInKvPages, "KV dtype");
     for (int ctx : a.decode_at) {
@@ -181,8 +192,10 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
       size_t hot = dt == DType::F32 ? 0 : std::min(ctx, a.kv_residual);
       size_t bytes = 2ull * c.n_layers * ((ctx - hot) * codec.bytes() + hot * c.kv_dim() * 4);
       if (!a.quiet) std::fprintf(stderr, "[bench] KV %s at %d: %.2f ms/token\n", name.c_str(), ctx, tpot);
+      const double roofline_ms = static_cast<double>(matrix_bytes + bytes) / (triad * 1e9) * 1000;
       rows.push_back({{"kv_dtype", name}, {"context", ctx}, {"tpot_ms", tpot}, {"kv_bytes", bytes},
-                      {"kv_bytes_per_token", static_cast<double>(bytes) / ctx}});
+                      {"kv_bytes_per_token", static_cast<double>(bytes) / ctx}, {"matrix_bytes", matrix_bytes},
+                      {"triad_gbps", triad}, {"roofline_ms", roofline_ms}, {"tpot_over_roofline", tpot / roofline_ms}});
     }
   }
   return rows;
@@ -289,8 +302,7 @@ json bench_report(const BenchArgs& a) {
   j["peak_rss_bytes"] = peak_rss_bytes();
   if (!a.no_roofline) {
     // Decode reads every matrix once per token (the embedding only one row) plus the KV so far.
-    size_t matrix_bytes = m->weight_bytes() - m->tok_emb.size() * sizeof(float) - m->pos_emb.size() * sizeof(float);
-    if (m->lm_head.out == 0) matrix_bytes += m->tok_emb.size() * sizeof(float);  // tied f32 head reads it all
+    const size_t matrix_bytes = decode_matrix_bytes(*m);
     double triad = measure_triad_gbps();
     json roof{{"triad_gbps", triad}, {"threads", ThreadPool::global().size()}, {"matrix_bytes", matrix_bytes}};
     for (int n : a.new_tokens) {
@@ -302,7 +314,7 @@ json bench_report(const BenchArgs& a) {
     }
     double ttft = j["results"]["cache_on"]["ttft_ms"]["mean"].get<double>();
     // 2 FLOP per matrix weight per prompt token (embedding lookups are free).
-    size_t matrix_params = m->n_params() - m->tok_emb.size() - m->pos_emb.size() + c.vocab_size * static_cast<size_t>(c.dim);
+    size_t matrix_params = m->n_params() - m->pos_emb.size();  // the head's vocab x dim stands in for the table's
     roof["prefill_gflops"] = 2.0 * static_cast<double>(matrix_params) * prompt.size() / (ttft / 1000) / 1e9;
     j["roofline"] = roof;
   }

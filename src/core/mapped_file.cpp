@@ -45,6 +45,17 @@ void MappedFile::drop_pages(const uint8_t* p, size_t n) const {
   if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advice only: failure is harmless
 }
 
+void MappedFile::populate(const uint8_t* p, size_t n) const {
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+  if (!contains(p) || n == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t hi = std::min(reinterpret_cast<uintptr_t>(p) + n, reinterpret_cast<uintptr_t>(data_) + size_);
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_READ);  // EINVAL on old kernels: harmless
+}
+
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

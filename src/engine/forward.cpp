@@ -101,7 +101,7 @@ void forward_batch(Context& ctx, const Model& m, const std::vector<SeqChunk>& ch
   for (int t = 0; t < n; ++t) {
     const AttentionSeq& seq = attn.seqs[rows[t].seq];
     int tok = chunks[rows[t].seq].tokens[t - seq.first_row];
-    std::copy_n(m.tok_emb.data() + static_cast<size_t>(tok) * D, D, x + t * D);
+    m.embed(tok, x + t * D);
     if (c.learned_positions) add_rows(pool, x + t * D, m.pos_emb.data() + static_cast<size_t>(rows[t].pos) * D, 1, D);
   }
 

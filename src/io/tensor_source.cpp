@@ -50,6 +50,11 @@ void TensorSource::drop_pages(const TensorInfo& t) const {
     if (f->contains(t.data)) f->drop_pages(t.data, t.nbytes);
 }
 
+void TensorSource::populate(const TensorInfo& t) const {
+  for (const auto& f : files_)
+    if (f->contains(t.data)) f->populate(t.data, t.nbytes);
+}
+
 Buffer<float> TensorSource::read_f32(const std::string& name,
                                           const std::vector<int64_t>& expect) const {
   const TensorInfo& t = get(name);

@@ -45,6 +45,8 @@ class TensorSource {
   std::shared_ptr<const void> owner_of(const TensorInfo& t) const;
   // t was copied into another layout: its file pages can go (see MappedFile::drop_pages).
   void drop_pages(const TensorInfo& t) const;
+  // t will be used from the mapping: map its pages now, in one call (MappedFile::populate).
+  void populate(const TensorInfo& t) const;
 
   // Copies the tensor to f32 after checking its shape equals `expect`.
   Buffer<float> read_f32(const std::string& name, const std::vector<int64_t>& expect) const;

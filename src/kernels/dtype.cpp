@@ -2,10 +2,12 @@
 // q4_K / q6_K), checked against the PyPI gguf package in tests/gguf_test.cpp.
 #include "kernels/dtype.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "kernels/dot.h"
 #include "kernels/quantize.h"
 
@@ -171,7 +173,14 @@ uint64_t dtype_row_bytes(DType t, uint64_t n, const std::string& what) {
 void dequantize(DType t, const uint8_t* src, float* dst, size_t n) {
   const DTypeTraits& r = dtype_traits(t);
   KVLM_CHECK(r.to_float, dtype_name(t), " has no file layout to widen");
-  r.to_float(src, dst, n);
+  // A model's embedding table is tens of millions of values: widened on every thread at load.
+  constexpr size_t kChunk = 1 << 16;  // values; a multiple of every block
+  if (n < 4 * kChunk || n % r.block != 0) return r.to_float(src, dst, n);
+  const size_t chunks = (n + kChunk - 1) / kChunk, chunk_bytes = kChunk / r.block * r.block_bytes;
+  ThreadPool::global().parallel_for(chunks, [&](size_t c0, size_t c1) {
+    for (size_t c = c0; c < c1; ++c)
+      r.to_float(src + c * chunk_bytes, dst + c * kChunk, std::min(kChunk, n - c * kChunk));
+  });
 }
 
 }  // namespace kvlm

@@ -14,8 +14,10 @@ template <class T>
 Buffer<T> stored_as(const TensorSource& s, const TensorInfo& t) {
   const size_t n = t.nbytes / sizeof(T);
   auto owner = s.owner_of(t);
-  if (owner && reinterpret_cast<uintptr_t>(t.data) % alignof(T) == 0)
+  if (owner && reinterpret_cast<uintptr_t>(t.data) % alignof(T) == 0) {
+    s.populate(t);
     return Buffer<T>::borrow(reinterpret_cast<const T*>(t.data), n, std::move(owner));
+  }
   Buffer<T> copy(n);
   std::memcpy(copy.data(), t.data, t.nbytes);
   return copy;
@@ -53,6 +55,17 @@ Linear bind_linear(const TensorSource& s, const std::string& name, int out, int 
   return l;
 }
 
+void bind_token_embedding(const TensorSource& s, const std::string& name, Model& m) {
+  const TensorInfo& t = s.get(name);
+  const std::vector<int64_t> want{m.cfg.vocab_size, m.cfg.dim};
+  if (t.shape != want) fail(t.file, ": tensor ", name, " has shape ", shape_str(t.shape), ", expected ", shape_str(want));
+  m.tok_emb_type = t.dtype;
+  if (t.dtype == DType::F32)
+    m.tok_emb = stored_as<float>(s, t);
+  else  // a row is widened per token: no f32 copy of the whole table (262 MB at TinyLlama's size)
+    m.tok_emb_rows = stored_as<uint8_t>(s, t);
+}
+
 void bind_lm_head(const TensorSource& s, const std::string& embedding, Model& m) {
   const ModelConfig& c = m.cfg;
   if (!c.tied_embeddings) {
@@ -77,16 +90,43 @@ Linear bind_conv1d(const TensorSource& s, const std::string& name, int in, int o
   return l;
 }
 
-Linear split_rows(const Linear& packed_or_f32, int first, int count) {
-  Linear fused = packed_or_f32;
-  fused.convert(DType::F32);
+Linear split_rows(const Linear& fused, int first, int count) {
+  // The part keeps the fused matrix's type: rows are sliced as stored (packed Q8_0 / Q4_0 by whole
+  // groups of 8 rows); a split inside a group goes through f32 and re-encodes, which is exact for
+  // Q8_0 / Q4_0 (same scales, same quants).
   Linear l;
   l.out = count;
   l.in = fused.in;
-  l.w.assign(fused.w.begin() + static_cast<size_t>(first) * fused.in,
-             fused.w.begin() + static_cast<size_t>(first + count) * fused.in);
-  l.b.assign(fused.b.begin() + first, fused.b.begin() + first + count);
-  return l;
+  l.fmt = fused.fmt;
+  if (!fused.b.empty()) l.b.assign(fused.b.begin() + first, fused.b.begin() + first + count);
+  const size_t in = static_cast<size_t>(fused.in);
+  switch (fused.fmt) {
+    case DType::F32:
+      l.w.assign(fused.w.begin() + first * in, fused.w.begin() + (first + count) * in);
+      return l;
+    case DType::F16:
+    case DType::BF16:
+      l.w16.assign(fused.w16.begin() + first * in, fused.w16.begin() + (first + count) * in);
+      return l;
+    case DType::Q6_K: {
+      const size_t row = fused.packed.size() / fused.out;
+      l.packed.assign(fused.packed.begin() + first * row, fused.packed.begin() + (first + count) * row);
+      return l;
+    }
+    default:
+      break;
+  }
+  if (first % kGroupRows == 0 && count % kGroupRows == 0) {
+    const size_t group = q_group_bytes(fused.fmt, fused.in / 32);
+    l.packed.assign(fused.packed.begin() + first / kGroupRows * group,
+                    fused.packed.begin() + (first + count) / kGroupRows * group);
+    return l;
+  }
+  Linear wide = fused;
+  wide.convert(DType::F32);
+  Linear part = split_rows(wide, first, count);
+  part.convert(fused.fmt);
+  return part;
 }
 
 bool has_bias(const TensorSource& s, int configured, const std::string& tensor, const char* key) {
@@ -122,7 +162,7 @@ void bind_gpt_like(const TensorSource& s, Model& m, bool conv,
   const ModelConfig& c = m.cfg;
   // HF checkpoints keep the tensors under "transformer."; GGUF-renamed ones at the top.
   const std::string p = s.has("transformer.wte.weight") ? "transformer." : "";
-  m.tok_emb = s.read_f32(p + "wte.weight", {c.vocab_size, c.dim});
+  bind_token_embedding(s, p + "wte.weight", m);
   m.pos_emb = s.read_f32(p + "wpe.weight", {c.max_seq_len, c.dim});
   m.final_norm = s.read_f32(p + "ln_f.weight", {c.dim});
   m.final_norm_bias = s.read_f32(p + "ln_f.bias", {c.dim});

@@ -20,9 +20,19 @@ namespace kvlm {
 
 namespace fs = std::filesystem;
 
+void Model::embed(int tok, float* out) const {
+  const size_t dim = static_cast<size_t>(cfg.dim);
+  if (tok_emb_type == DType::F32) {
+    std::copy_n(tok_emb.data() + static_cast<size_t>(tok) * dim, dim, out);
+    return;
+  }
+  const size_t row = tok_emb_rows.size() / static_cast<size_t>(cfg.vocab_size);
+  dtype_traits(tok_emb_type).to_float(tok_emb_rows.data() + static_cast<size_t>(tok) * row, out, dim);
+}
+
 size_t Model::weight_bytes() const {
-  size_t n = tok_emb.size() + pos_emb.size() + final_norm.size() + final_norm_bias.size();
-  size_t bytes = n * sizeof(float) + lm_head.bytes();
+  size_t n = pos_emb.size() + final_norm.size() + final_norm_bias.size();
+  size_t bytes = n * sizeof(float) + embedding_bytes() + lm_head.bytes();
   for (const LayerWeights& L : layers) {
     bytes += (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size()) * 4;
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) bytes += l->bytes();
@@ -31,7 +41,7 @@ size_t Model::weight_bytes() const {
 }
 
 size_t Model::n_params() const {
-  size_t n = tok_emb.size() + pos_emb.size() + final_norm.size() + final_norm_bias.size();
+  size_t n = static_cast<size_t>(cfg.vocab_size) * cfg.dim + pos_emb.size() + final_norm.size() + final_norm_bias.size();
   auto lin = [](const Linear& l) { return static_cast<size_t>(l.out) * l.in + l.b.size(); };
   if (!cfg.tied_embeddings) n += lin(lm_head);
   for (const LayerWeights& L : layers) {
@@ -56,7 +66,11 @@ void Model::check_shapes(const std::string& source) const {
     if (l.fmt == DType::F16 || l.fmt == DType::BF16) need(l.w16.size(), static_cast<size_t>(out) * in, what);
   };
   const size_t dim = c.dim;
-  need(tok_emb.size(), static_cast<size_t>(c.vocab_size) * dim, "token embedding");
+  if (tok_emb_type == DType::F32)
+    need(tok_emb.size(), static_cast<size_t>(c.vocab_size) * dim, "token embedding");
+  else
+    need(tok_emb_rows.size(), static_cast<size_t>(c.vocab_size) * dtype_row_bytes(tok_emb_type, dim, "token embedding"),
+         "token embedding (bytes)");
   if (c.learned_positions) need(pos_emb.size(), static_cast<size_t>(c.max_seq_len) * dim, "position embedding");
   need(final_norm.size(), dim, "final norm");
   if (c.norm == NormKind::LayerNorm) need(final_norm_bias.size(), dim, "final norm bias");

@@ -23,7 +23,9 @@ struct LayerWeights {
 
 struct Model {
   ModelConfig cfg;
-  Buffer<float> tok_emb;                       // [vocab][dim]
+  Buffer<float> tok_emb;                       // [vocab][dim] when the file stores it in f32 (else empty)
+  DType tok_emb_type = DType::F32;             // the table's stored type
+  Buffer<uint8_t> tok_emb_rows;                // [vocab] rows as stored, when not f32 (one widened per token)
   Buffer<float> pos_emb;                       // [max_seq_len][dim], learned positions only
   std::vector<LayerWeights> layers;            // [n_layers]
   Buffer<float> final_norm, final_norm_bias;  // [dim]
@@ -34,6 +36,9 @@ struct Model {
   // set by load_model and synthetic_model.
   std::array<uint8_t, 32> fingerprint{};  // the matrices' type in the file (load keeps it)
 
+  // Token `tok`'s embedding, widened to f32 into out[dim].
+  void embed(int tok, float* out) const;
+  size_t embedding_bytes() const { return tok_emb.bytes() + tok_emb_rows.bytes(); }
   // Bytes of all weights (what one decode step must read at least once).
   size_t weight_bytes() const;
   size_t n_params() const;

@@ -114,7 +114,7 @@ void llama_like_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& 
 
 void bind_llama_like(const TensorSource& s, Model& m, TensorLayout) {
   const ModelConfig& c = m.cfg;
-  m.tok_emb = s.read_f32("model.embed_tokens.weight", {c.vocab_size, c.dim});
+  bind_token_embedding(s, "model.embed_tokens.weight", m);
   bool qkv_bias = has_bias(s, c.qkv_bias, "model.layers.0.self_attn.q_proj.bias", "attention_bias");
   bool o_bias = has_bias(s, c.o_bias, "model.layers.0.self_attn.o_proj.bias", "attention_bias");
   bool mlp_bias = has_bias(s, c.mlp_bias, "model.layers.0.mlp.gate_proj.bias", "mlp_bias");
