@@ -63,4 +63,11 @@ inline uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | ((r >> 13) - ((127u - 15u) << 10)));
 }
 
+// The f16 value stored (little-endian, any alignment) at p, as ggml blocks hold their scales.
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
 }  // namespace kvlm

@@ -15,12 +15,6 @@ namespace kvlm {
 
 namespace {
 
-float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
 // Q4_K packs 8 sub-block scales and mins in 6 bits each into 12 bytes.
 void q4k_scale_min(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
   if (j < 4) {

@@ -12,16 +12,6 @@
 
 namespace kvlm {
 
-namespace {
-
-float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
-}  // namespace
-
 namespace scalar {
 float q6k_dot_row(const uint8_t* row, const QuantizedActs& a, int t) {
   const int8_t* xq = a.q.data() + static_cast<size_t>(t) * a.in;
