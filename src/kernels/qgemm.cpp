@@ -239,23 +239,37 @@ inline void prefetch_block(const uint8_t* p, size_t bytes) {
 }
 }  // namespace
 
+// One body, two targets: GCC takes a target pragma, clang (the fuzz build) an attribute pragma.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 namespace avx2 {
 #define KVLM_QGEMM_VNNI 0
 #include "kernels/qgemm_simd.inc"
 #undef KVLM_QGEMM_VNNI
 }  // namespace avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))), \
+                             apply_to = function)
+#else
 #pragma GCC pop_options
-
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
+#endif
 namespace avx512 {
 #define KVLM_QGEMM_VNNI 1
 #include "kernels/qgemm_simd.inc"
 #undef KVLM_QGEMM_VNNI
 }  // namespace avx512
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif  // KVLM_X86
 
 void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
