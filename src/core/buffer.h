@@ -57,7 +57,6 @@ class Buffer {
     b.owner_ = std::move(owner);
     return b;
   }
-  bool borrowed() const { return owner_ != nullptr; }
 
   void swap(Buffer& o) noexcept {
     std::swap(p_, o.p_);

@@ -37,23 +37,23 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   ::close(fd);
 }
 
-void MappedFile::drop_pages(const uint8_t* p, size_t n) const {
+void MappedFile::advise(const uint8_t* p, size_t n, bool whole_pages_only, int advice) const {
   if (!contains(p) || n == 0) return;
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-  const uintptr_t hi = std::min(reinterpret_cast<uintptr_t>(p) + n, reinterpret_cast<uintptr_t>(data_) + size_) / page * page;
-  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advice only: failure is harmless
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE)), at = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = std::min(at + n, reinterpret_cast<uintptr_t>(data_) + size_);
+  // Pages partly outside the range hold a neighbour's bytes: dropping skips them, mapping takes them.
+  const uintptr_t lo = whole_pages_only ? (at + page - 1) / page * page : at / page * page;
+  const uintptr_t hi = whole_pages_only ? end / page * page : end;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, advice);  // advice only: failure is harmless
 }
+
+void MappedFile::drop_pages(const uint8_t* p, size_t n) const { advise(p, n, true, MADV_DONTNEED); }
 
 void MappedFile::populate(const uint8_t* p, size_t n) const {
 #ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_READ 22  // Linux 5.14; older kernels answer EINVAL
 #endif
-  if (!contains(p) || n == 0) return;
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
-  const uintptr_t hi = std::min(reinterpret_cast<uintptr_t>(p) + n, reinterpret_cast<uintptr_t>(data_) + size_);
-  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_READ);  // EINVAL on old kernels: harmless
+  advise(p, n, false, MADV_POPULATE_READ);
 }
 
 MappedFile::~MappedFile() {

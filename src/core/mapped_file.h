@@ -25,6 +25,8 @@ class MappedFile {
   void populate(const uint8_t* p, size_t n) const;
 
  private:
+  void advise(const uint8_t* p, size_t n, bool whole_pages_only, int advice) const;
+
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;

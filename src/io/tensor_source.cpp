@@ -39,28 +39,31 @@ std::vector<std::string> TensorSource::unused() const {
   return out;
 }
 
-std::shared_ptr<const void> TensorSource::owner_of(const TensorInfo& t) const {
+std::shared_ptr<MappedFile> TensorSource::file_holding(const TensorInfo& t) const {
   for (const auto& f : files_)
     if (f->contains(t.data) && t.nbytes <= f->size() - static_cast<size_t>(t.data - f->data())) return f;
   return nullptr;
 }
 
+std::shared_ptr<const void> TensorSource::owner_of(const TensorInfo& t) const { return file_holding(t); }
+
 void TensorSource::drop_pages(const TensorInfo& t) const {
-  for (const auto& f : files_)
-    if (f->contains(t.data)) f->drop_pages(t.data, t.nbytes);
+  if (auto f = file_holding(t)) f->drop_pages(t.data, t.nbytes);
 }
 
 void TensorSource::populate(const TensorInfo& t) const {
-  for (const auto& f : files_)
-    if (f->contains(t.data)) f->populate(t.data, t.nbytes);
+  if (auto f = file_holding(t)) f->populate(t.data, t.nbytes);
 }
 
-Buffer<float> TensorSource::read_f32(const std::string& name,
-                                          const std::vector<int64_t>& expect) const {
+const TensorInfo& TensorSource::get(const std::string& name, const std::vector<int64_t>& expect) const {
   const TensorInfo& t = get(name);
   if (t.shape != expect)
     fail(t.file, ": tensor ", name, " has shape ", shape_str(t.shape), ", expected ", shape_str(expect));
-  return to_f32(t);
+  return t;
+}
+
+Buffer<float> TensorSource::read_f32(const std::string& name, const std::vector<int64_t>& expect) const {
+  return to_f32(get(name, expect));
 }
 
 Buffer<float> to_f32(const TensorInfo& t) {

@@ -37,6 +37,8 @@ class TensorSource {
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   const TensorInfo& get(const std::string& name) const;  // throws naming the tensor; marks it used
+  // The same, after checking its shape equals `expect` (throws naming both).
+  const TensorInfo& get(const std::string& name, const std::vector<int64_t>& expect) const;
   // Names never fetched through get()/read_f32(): tensors no layer uses.
   std::vector<std::string> unused() const;
   const std::map<std::string, TensorInfo>& all() const { return tensors_; }
@@ -52,6 +54,8 @@ class TensorSource {
   Buffer<float> read_f32(const std::string& name, const std::vector<int64_t>& expect) const;
 
  private:
+  std::shared_ptr<MappedFile> file_holding(const TensorInfo& t) const;  // null when t is in none
+
   std::vector<std::shared_ptr<MappedFile>> files_;  // keeps mapped data alive
   std::map<std::string, TensorInfo> tensors_;
   mutable std::set<std::string> used_;

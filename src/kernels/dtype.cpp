@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
+#include "kernels/q6k.h"
 #include "kernels/quantize.h"
 
 namespace kvlm {
@@ -57,23 +58,11 @@ void q4_k(const uint8_t* b, float* y) {
 }
 
 void q6_k(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-  float d = f16_at(b + 208);
-  for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8) {
-    for (int l = 0; l < 32; ++l) {
-      int is = l / 16;
-      int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      y[n + l] = d * sc[is + 0] * q1;
-      y[n + l + 32] = d * sc[is + 2] * q2;
-      y[n + l + 64] = d * sc[is + 4] * q3;
-      y[n + l + 96] = d * sc[is + 6] * q4;
-    }
-  }
+  const float d = f16_at(b + 208);
+  int q[kQ6kBlock];
+  q6k_unpack(b, q);
+  for (int v = 0; v < kQ6kBlock; ++v) y[v] = d * sc[v / 16] * (q[v] - 32);
 }
 
 // Plain and block types, widened row by row.

@@ -5,6 +5,7 @@
 #endif
 
 #include <cmath>
+#include <functional>
 #include <cstring>
 
 #include "core/cpu.h"
@@ -69,38 +70,37 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
     matmul(w.data(), B, out, in, x, n, y, &pool);
     return;
   }
+  // The pool takes the call unless it is too little work to share.
+  const bool share = static_cast<size_t>(out) * in * n >= kMinParallelWork;
+  auto run = [&](size_t items, const std::function<void(size_t, size_t)>& body) {
+    if (share)
+      pool.parallel_for(items, body);
+    else
+      body(0, items);
+  };
+  // y[t][r] = dot(row r, token t) + b[r], a row at a time (stored halves, Q6_K rows).
+  auto by_rows = [&](auto&& row_dot) {
+    run(out, [&](size_t r0, size_t r1) {
+      for (size_t r = r0; r < r1; ++r)
+        for (int t = 0; t < n; ++t) y[static_cast<size_t>(t) * out + r] = row_dot(r, t) + (B ? B[r] : 0.0f);
+    });
+  };
   if (fmt == DType::BF16 || fmt == DType::F16) {
     const auto dot = dtype_traits(fmt).dot;  // the table's row dot for stored halves
-    auto body = [&](size_t r0, size_t r1) {
-      for (size_t r = r0; r < r1; ++r)
-        for (int t = 0; t < n; ++t)
-          y[static_cast<size_t>(t) * out + r] = dot(w16.data() + r * in, x + static_cast<size_t>(t) * in, in) + (B ? B[r] : 0.0f);
-    };
-    if (static_cast<size_t>(out) * in * n < kMinParallelWork)
-      body(0, out);
-    else
-      pool.parallel_for(out, body);
+    by_rows([&](size_t r, int t) { return dot(w16.data() + r * in, x + static_cast<size_t>(t) * in, in); });
     return;
   }
   QuantizedActs& acts = ctx.quantized_acts();  // activations to Q8_0 once per call, as llama.cpp does
   acts.quantize(x, n, in, &pool);
   if (fmt == DType::Q6_K) {  // rows as stored in the file
     const size_t row_bytes = static_cast<size_t>(in / kQ6kBlock) * kQ6kBlockBytes;
-    auto rows = [&](size_t r0, size_t r1) {
-      for (size_t r = r0; r < r1; ++r)
-        for (int t = 0; t < n; ++t)
-          y[static_cast<size_t>(t) * out + r] = q6k_dot_row(packed.data() + r * row_bytes, acts, t) + (B ? B[r] : 0.0f);
-    };
-    if (static_cast<size_t>(out) * in * n < kMinParallelWork)
-      rows(0, out);
-    else
-      pool.parallel_for(out, rows);
+    by_rows([&](size_t r, int t) { return q6k_dot_row(packed.data() + r * row_bytes, acts, t); });
     return;
   }
   const size_t gbytes = q_group_bytes(fmt, in / 32);
   const int groups = (out + kGroupRows - 1) / kGroupRows;
   // Each group of 8 weight rows stays in L1 while every token tile of up to 4 passes over it.
-  auto body = [&](size_t g0, size_t g1) {
+  run(groups, [&](size_t g0, size_t g1) {
     float tile[4][kGroupRows];
     for (size_t g = g0; g < g1; ++g) {
       const int rows = std::min(kGroupRows, out - static_cast<int>(g) * kGroupRows);
@@ -114,11 +114,7 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
           }
       }
     }
-  };
-  if (static_cast<size_t>(out) * in * n < kMinParallelWork)
-    body(0, groups);
-  else
-    pool.parallel_for(groups, body);
+  });
 }
 
 }  // namespace kvlm

@@ -12,6 +12,23 @@
 
 namespace kvlm {
 
+namespace {
+// The fixed order both versions sum their 8 float lanes in: (0+4, 1+5, 2+6, 3+7), then (0+2) + (1+3).
+float sum_8_lanes(const float l[8]) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
+}  // namespace
+
+void q6k_unpack(const uint8_t* b, int q[kQ6kBlock]) {
+  for (int n = 0; n < 2; ++n) {  // as ggml's dequantize_row_q6_K unpacks them
+    const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+    for (int l = 0; l < 32; ++l) {
+      q[128 * n + l] = (ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4);
+      q[128 * n + l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+      q[128 * n + l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+      q[128 * n + l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+    }
+  }
+}
+
 namespace scalar {
 float q6k_dot_row(const uint8_t* row, const QuantizedActs& a, int t) {
   const int8_t* xq = a.q.data() + static_cast<size_t>(t) * a.in;
@@ -22,15 +39,7 @@ float q6k_dot_row(const uint8_t* row, const QuantizedActs& a, int t) {
     const uint8_t* b = row + static_cast<size_t>(sb) * kQ6kBlockBytes;
     const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
     const float d = f16_at(b + 208);
-    for (int n = 0; n < 2; ++n) {  // as ggml's dequantize_row_q6_K unpacks them
-      const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
-      for (int l = 0; l < 32; ++l) {
-        q[128 * n + l] = (ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4);
-        q[128 * n + l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
-        q[128 * n + l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
-        q[128 * n + l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
-      }
-    }
+    q6k_unpack(b, q);
     for (int g = 0; g < 8; ++g) {  // one Q8_0 activation block: values 32g..32g+31, scales 2g, 2g+1
       const int blk = sb * 8 + g;
       const float s = d * xd[blk];

@@ -15,6 +15,10 @@ namespace kvlm {
 
 constexpr int kQ6kBlock = 256, kQ6kBlockBytes = 210;
 
+// A block's 256 six-bit values (0..63, before the -32 offset) in value order; scale k covers
+// values 16k..16k+15. The file decoder (kernels/dtype.cpp) and the scalar twin share it.
+void q6k_unpack(const uint8_t* block, int q[kQ6kBlock]);
+
 // dot(row, token t of a); `row` is in/256 Q6_K blocks, a.in == in.
 float q6k_dot_row(const uint8_t* row, const QuantizedActs& a, int t);
 

@@ -239,6 +239,8 @@ inline void prefetch_block(const uint8_t* p, size_t bytes) {
 }
 }  // namespace
 
+using GroupKernel = void (*)(DType, const uint8_t*, const QuantizedActs&, int, float[][kGroupRows]);
+
 // One body, two targets: GCC takes a target pragma, clang (the fuzz build) an attribute pragma.
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
@@ -275,22 +277,8 @@ namespace avx512 {
 void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {
   KVLM_CHECK(nt >= 1 && nt <= 4, "qgemm_group takes 1 to 4 tokens, not ", nt);
 #if KVLM_X86
-  if (isa_at_least(Isa::Avx512)) {
-    switch (nt) {
-      case 1: return avx512::dispatch_nt<1>(f, group, a, t0, out);
-      case 2: return avx512::dispatch_nt<2>(f, group, a, t0, out);
-      case 3: return avx512::dispatch_nt<3>(f, group, a, t0, out);
-      default: return avx512::dispatch_nt<4>(f, group, a, t0, out);
-    }
-  }
-  if (isa_at_least(Isa::Avx2)) {
-    switch (nt) {
-      case 1: return avx2::dispatch_nt<1>(f, group, a, t0, out);
-      case 2: return avx2::dispatch_nt<2>(f, group, a, t0, out);
-      case 3: return avx2::dispatch_nt<3>(f, group, a, t0, out);
-      default: return avx2::dispatch_nt<4>(f, group, a, t0, out);
-    }
-  }
+  if (isa_at_least(Isa::Avx512)) return avx512::kByTokens[nt - 1](f, group, a, t0, out);
+  if (isa_at_least(Isa::Avx2)) return avx2::kByTokens[nt - 1](f, group, a, t0, out);
 #endif
   scalar::qgemm_group(f, group, a, t0, nt, out);
 }

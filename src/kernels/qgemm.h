@@ -50,12 +50,6 @@ struct QuantizedActs {
 // out[t][i] = dot(row i of the group, token t0 + t), for nt <= 4 tokens.
 void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]);
 
-// The fixed order the row kernels (q8_rows, q6k) sum their 8 float lanes in, SIMD and scalar
-// alike: (0+4, 1+5, 2+6, 3+7), then (0+2) + (1+3).
-inline float sum_8_lanes(const float l[8]) {
-  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
-
 namespace scalar {
 void pack_gguf_group(DType f, const uint8_t* rows, int n_rows, int in, uint8_t* group);
 // Same arithmetic in the same order (integer block sums, then one fused multiply-add per

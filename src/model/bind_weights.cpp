@@ -56,9 +56,7 @@ Linear bind_linear(const TensorSource& s, const std::string& name, int out, int 
 }
 
 void bind_token_embedding(const TensorSource& s, const std::string& name, Model& m) {
-  const TensorInfo& t = s.get(name);
-  const std::vector<int64_t> want{m.cfg.vocab_size, m.cfg.dim};
-  if (t.shape != want) fail(t.file, ": tensor ", name, " has shape ", shape_str(t.shape), ", expected ", shape_str(want));
+  const TensorInfo& t = s.get(name, {m.cfg.vocab_size, m.cfg.dim});
   m.tok_emb_type = t.dtype;
   if (t.dtype == DType::F32)
     m.tok_emb = stored_as<float>(s, t);
