@@ -3,8 +3,10 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
       libgtest-dev libbenchmark-dev libcpp-httplib-dev libhwy-dev libssl-dev clang libclang-rt-14-dev
-      python3-venv prometheus chromium chromium-driver)
-# prometheus: promtool checks the server's /metrics; chromium + its driver: the chat page test
+      python3-venv prometheus chromium chromium-driver libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libhiredis-dev
+      redis-server)
+# prometheus: promtool checks the server's /metrics; chromium + its driver: the chat page test;
+# libzmq/cppzmq/msgpack-cxx: KV events; hiredis: the Redis KV tier; redis-server: its tests
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -18,9 +20,12 @@ fi
 # selenium for the chat page) and the Python package's (nanobind to build it, numpy).
 # The version pins are a floor the tests were written against; the venv is reused when present.
 VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv"
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import openai, pytest, selenium, nanobind, numpy" >/dev/null 2>&1; then
+# The scale-out tests' too: sglang-router in front of replicas, and a real KV event subscriber
+# (pyzmq, msgpack) that recomputes the block hashes (cbor2); kubernetes-validate checks deploy/.
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import openai, pytest, selenium, nanobind, numpy, zmq, msgpack, cbor2, sglang_router, kubernetes_validate" >/dev/null 2>&1; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "openai>=1.40" "pytest>=7" "selenium>=4.10" \
-      "nanobind>=2.0" "numpy>=1.21"
+      "nanobind>=2.0" "numpy>=1.21" "pyzmq>=25" "msgpack>=1.0" "cbor2>=5.4" "sglang-router>=0.3,<0.4" \
+      "kubernetes-validate>=1.30"
 fi
 

@@ -186,7 +186,9 @@ TEST(KvTiers, CapacitiesBoundWhatIsKept) {
   size_t on_disk = 0;
   for (const auto& f : fs::directory_iterator(t.disk_dir)) on_disk += fs::file_size(f.path());
   EXPECT_EQ(on_disk, st.disk_bytes);
-  EXPECT_THROW(Engine bad(*m, options(DType::F32, 12, KvTierOptions{0, temp_dir("no_cap"), 0})), KvlmError);
+  KvTierOptions no_cap;
+  no_cap.disk_dir = temp_dir("no_cap");
+  EXPECT_THROW(Engine bad(*m, options(DType::F32, 12, no_cap)), KvlmError);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "core/memory.h"
 #include "core/read_file.h"
 #include "server/http_server.h"
+#include "server/kv_event_publisher.h"
 #include "tokenizer/chat_template.h"
 
 namespace kvlm::cli {
@@ -29,6 +30,8 @@ struct ServeArgs : ModelArgs, KvCodecArgs, KvPoolArgs, KvTierArgs {
   int max_queue = 256, max_prompt_tokens = 0, max_tokens_cap = 0, io_timeout = 30, max_pending_connections = 64;
   double request_timeout = 600;
   std::string kv_snapshot_dir;
+  std::string kv_events, kv_events_replay, kv_events_topic, prefix_hash = "salted", prefix_hash_seed;
+  size_t kv_events_buffer = 10000;
 };
 
 // --api-key-file: one key per line; blank lines and lines starting with '#' are skipped.
@@ -82,6 +85,20 @@ int run_serve(const ServeArgs& a) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // KV events: bound before the model loads, so a taken port fails at once.
+  const PrefixHashScheme prefix_hash = parse_prefix_hash(a.prefix_hash);
+  std::unique_ptr<server::KvEventPublisher> events;
+  if (a.kv_events.empty() && !a.kv_events_replay.empty()) fail("--kv-events-replay needs --kv-events");
+  if (!a.kv_events.empty()) {
+    if (a.no_prefix_cache) fail("--kv-events describe the prefix cache: they need it (drop --no-prefix-cache)");
+    server::KvEventOptions eo;
+    eo.endpoint = a.kv_events;
+    eo.replay_endpoint = a.kv_events_replay;
+    eo.topic = a.kv_events_topic;
+    eo.replay_batches = a.kv_events_buffer;
+    eo.hashes_as_int = prefix_hash == PrefixHashScheme::Sha256Cbor64;
+    events = std::make_unique<server::KvEventPublisher>(eo);
+  }
   server::HttpServer http(so);
   const int port = http.bind();
   std::fprintf(stderr, "[kvlm] serve: listening on http://%s:%d (loading %s)\n", a.host.c_str(), port, a.model.c_str());
@@ -92,6 +109,7 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<ChatTemplate> tpl;
   std::unique_ptr<server::EngineLoop> loop;
   server::Metrics metrics(so.model_name);
+  metrics.set_events(events.get());
   std::string load_error;
   std::thread loader([&] {
     try {
@@ -110,6 +128,9 @@ int run_serve(const ServeArgs& a) {
       eo.max_batch_tokens = a.max_batch_tokens;
       eo.prefix_cache = !a.no_prefix_cache;
       eo.tiers = kv_tier_options(a);
+      eo.events = events.get();
+      eo.prefix_hash = prefix_hash;
+      eo.prefix_hash_seed = a.prefix_hash_seed;
       const size_t block_bytes = KvPages::block_bytes(model->cfg, a.block_size, kv_dtype);
       if (a.kv_blocks > 0) {
         eo.num_blocks = a.kv_blocks;
@@ -146,7 +167,7 @@ int run_serve(const ServeArgs& a) {
   signals.detach();  // ends with the process
   http.listen();
   loader.join();
-  loop.reset();  // the engine thread stops before the model it reads goes away
+  loop.reset();  // the engine thread stops before the model it reads goes away (and before the events)
   if (!load_error.empty()) fail(load_error);
   std::fprintf(stderr, "[kvlm] serve: stopped\n");
   return 0;
@@ -191,7 +212,25 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--io-timeout", a->io_timeout, "seconds to read a request or write a response (default 30)")
       ->check(CLI::Range(1, 3600));
   sub->add_option("--max-body", a->max_body, "largest request body in bytes (default 4 MiB)")->check(CLI::Range(1024, 1 << 30));
-  return [a] { return run_serve(*a); };
+  sub->add_option("--kv-events", a->kv_events,
+                  "publish KV block events in vLLM's format on this ZMQ PUB endpoint (e.g. tcp://*:5557)");
+  sub->add_option("--kv-events-replay", a->kv_events_replay,
+                  "serve missed event batches by sequence number on this ZMQ ROUTER endpoint (e.g. tcp://*:5558)");
+  sub->add_option("--kv-events-topic", a->kv_events_topic, "the events' topic frame (default empty, as vLLM's)");
+  sub->add_option("--kv-events-buffer", a->kv_events_buffer, "event batches kept for replay (default 10000)")
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--prefix-hash", a->prefix_hash,
+                  "block hash the events carry: salted (default, kvlm's own), sha256_cbor or sha256_cbor_64bit (vLLM's, "
+                  "reproducible by an external indexer)");
+  sub->add_option("--prefix-hash-seed", a->prefix_hash_seed,
+                  "seed of the first block's parent hash, as vLLM's PYTHONHASHSEED (default: $PYTHONHASHSEED, else 0)");
+  return [a] {
+    if (a->prefix_hash_seed.empty()) {
+      const char* env = std::getenv("PYTHONHASHSEED");
+      a->prefix_hash_seed = env && *env ? env : "0";
+    }
+    return run_serve(*a);
+  };
 }
 
 }  // namespace kvlm::cli

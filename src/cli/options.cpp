@@ -32,6 +32,13 @@ void add_kv_tier_options(CLI::App* sub, KvTierArgs& a) {
   sub->add_option("--kv-disk-dir", a.kv_disk_dir,
                   "write prefix blocks to DIR and read them back on a hit, across restarts");
   sub->add_option("--kv-disk-capacity", a.kv_disk_capacity, "bytes of block files kept in --kv-disk-dir (default 4GB)");
+  sub->add_option("--kv-remote", a.kv_remote,
+                  "share prefix blocks through Redis (redis://HOST:PORT): write every published block, read on a miss");
+  sub->add_option("--kv-remote-timeout-ms", a.kv_remote_timeout_ms,
+                  "Redis connect and command timeout; down, it is retried after 1 s (default 200)")
+      ->check(CLI::Range(1, 60000));
+  sub->add_option("--kv-remote-ttl", a.kv_remote_ttl, "seconds a block lives in Redis (default 3600; 0 = no expiry)")
+      ->check(CLI::Range(0, 1 << 30));
 }
 
 KvTierOptions kv_tier_options(const KvTierArgs& a) {
@@ -39,6 +46,10 @@ KvTierOptions kv_tier_options(const KvTierArgs& a) {
   if (!a.kv_host_capacity.empty()) o.host_capacity = parse_bytes(a.kv_host_capacity, "--kv-host-capacity");
   o.disk_dir = a.kv_disk_dir;
   if (!a.kv_disk_dir.empty()) o.disk_capacity = parse_bytes(a.kv_disk_capacity, "--kv-disk-capacity");
+  o.remote_url = a.kv_remote;
+  if (!o.remote_url.empty()) parse_redis_url(o.remote_url);  // a bad address fails before the model loads
+  o.remote_timeout_ms = a.kv_remote_timeout_ms;
+  o.remote_ttl_s = a.kv_remote_ttl;
   return o;
 }
 

@@ -42,6 +42,8 @@ struct KvTierArgs {
   std::string kv_host_capacity;  // "" = no host tier
   std::string kv_disk_dir;       // "" = no disk tier
   std::string kv_disk_capacity = "4GB";
+  std::string kv_remote;          // "" = no Redis tier
+  int kv_remote_timeout_ms = 200, kv_remote_ttl = 3600;
 };
 void add_kv_tier_options(CLI::App* sub, KvTierArgs& a);
 // The engine's tier options from the flags (sizes parsed: B, KB, MB, GB, KiB, MiB, GiB).

@@ -28,7 +28,14 @@ Engine::Engine(const Model& m, EngineOptions opt) : model_(m), opt_(opt) {
   if (opt_.tiers.enabled()) {
     if (!opt_.prefix_cache) fail("KV tiers hold prefix blocks: they need the prefix cache");
     tiers_ = std::make_unique<KvTiers>(*pages_, m.fingerprint, opt_.tiers);
-    pool_->set_listener(tiers_.get());
+    pool_->add_listener(tiers_.get());
+  }
+  if (opt_.events) {
+    if (!opt_.prefix_cache) fail("KV events describe the prefix cache: they need it");
+    hasher_ = std::make_unique<ExternalHasher>(opt_.prefix_hash, opt_.prefix_hash_seed);
+    pool_events_ = std::make_unique<PoolEventForwarder>(*opt_.events, opt_.block_size);
+    pool_->add_listener(pool_events_.get());
+    if (tiers_) tiers_->set_event_sink(opt_.events);
   }
   if (streams()) {
     make_cache("");  // refuses a model without RoPE, quantized pages, or sinks + window past the context
@@ -42,6 +49,7 @@ Engine::Engine(const Model& m, EngineOptions opt) : model_(m), opt_(opt) {
 std::unique_ptr<KvCache> Engine::make_cache(const std::string& salt) const {
   PagedKvOptions o{opt_.context, salt, opt_.kv_residual};
   o.tiers = tiers_.get();
+  o.hasher = hasher_.get();
   if (streams()) {
     o.sinks = opt_.sink_tokens;
     o.window = opt_.window;
@@ -59,7 +67,7 @@ int Engine::reserved_by_running() const {
 
 Engine::~Engine() {
   for (auto& [id, s] : seqs_) s->cache.reset();  // blocks go back before the pool dies
-  if (pool_) pool_->set_listener(nullptr);
+  if (pool_) pool_->clear_listeners();
 }
 
 double Engine::now_ms() const { return clock_ms(); }

@@ -13,6 +13,7 @@
 #include "kernels/context.h"
 #include "kv/ledger.h"
 #include "kv/kv_cache.h"
+#include "kv/block_events.h"
 #include "kv/kv_tiers.h"
 #include "model/model.h"
 
@@ -32,7 +33,11 @@ struct EngineOptions {
   // blocks are bounded, so admission reserves them all: a stream is never preempted.
   int sink_tokens = 4;
   int window = 0;
-  KvTierOptions tiers = {};      // host-memory and disk tiers below the pool (kv/kv_tiers.h)
+  KvTierOptions tiers = {};      // host-memory, disk and Redis tiers below the pool (kv/kv_tiers.h)
+  // Block events (kv/block_events.h): where they go (null = none), and the external hash they carry.
+  BlockEventSink* events = nullptr;
+  PrefixHashScheme prefix_hash = PrefixHashScheme::Salted;
+  std::string prefix_hash_seed = "0";
   Context* exec = nullptr;       // execution context of the steps; null = the stepping thread's default
 };
 
@@ -134,6 +139,8 @@ class Engine {
   std::unique_ptr<KvPages> pages_;  // the backend's storage of every block
   std::unique_ptr<BlockPool> pool_;  // block ids, reference counts, the prefix index
   std::unique_ptr<KvTiers> tiers_;   // where evicted prefix blocks go, and come back from
+  std::unique_ptr<ExternalHasher> hasher_;             // with events: the keys they carry
+  std::unique_ptr<PoolEventForwarder> pool_events_;    // with events: the pool's changes as events
   std::map<int, std::unique_ptr<Sequence>> seqs_;
   std::deque<int> waiting_;
   std::vector<int> running_;  // admission order

@@ -25,6 +25,8 @@ BlockPool::BlockPool(int num_blocks, int block_size, size_t bytes_per_block)
   hashed_.assign(num_blocks, false);
   hash_.resize(num_blocks);
   salt_.resize(num_blocks);
+  meta_.resize(num_blocks);
+  has_meta_.assign(num_blocks, false);
   for (int b = 0; b < num_blocks; ++b) push_tail(b);
 }
 
@@ -50,9 +52,10 @@ int BlockPool::allocate() {
   int b = head_;
   unlink(b);
   if (hashed_[b]) {  // evict: the cached prefix leaves the pool (down a tier, when one listens)
-    if (listener_) listener_->evicted(b, hash_[b], salt_[b]);
+    const BlockMeta* m = has_meta_[b] ? &meta_[b] : nullptr;
+    for (Listener* l : listeners_) l->evicted(b, hash_[b], salt_[b], m);
     by_hash_.erase(hash_[b]);
-    hashed_[b] = false;
+    hashed_[b] = has_meta_[b] = false;
   }
   ref_[b] = 1;
   return b;
@@ -73,19 +76,22 @@ int BlockPool::lookup(const BlockHash& h) const {
   return it == by_hash_.end() ? -1 : it->second;
 }
 
-void BlockPool::publish(int b, const BlockHash& h, const std::string& salt) {
+void BlockPool::publish(int b, const BlockHash& h, const std::string& salt, BlockMeta* meta) {
   if (hashed_[b] || by_hash_.count(h)) return;
   hashed_[b] = true;
   hash_[b] = h;
   salt_[b] = salt;
+  has_meta_[b] = meta != nullptr;
+  if (meta) meta_[b] = std::move(*meta);
   by_hash_.emplace(h, b);
-  if (listener_) listener_->published(b, h, salt);
+  for (Listener* l : listeners_) l->published(b, h, salt, meta ? &meta_[b] : nullptr);
 }
 
 void BlockPool::unpublish(int b) {
   if (!hashed_[b]) return;
+  for (Listener* l : listeners_) l->unpublished(b, has_meta_[b] ? &meta_[b] : nullptr);
   by_hash_.erase(hash_[b]);
-  hashed_[b] = false;
+  hashed_[b] = has_meta_[b] = false;
 }
 
 void BlockPool::check_invariants() const {

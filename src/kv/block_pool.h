@@ -31,14 +31,25 @@ struct BlockHashKey {
 // hash(parent, salt, tokens of one full block), chained so equal hashes mean equal prefixes.
 BlockHash chain_block_hash(const BlockHash* parent, const std::string& salt, const int* tokens, int n);
 
+// What the world outside learns of a published block (kv/block_events.h): its external hash, its
+// parent's, and its tokens. Kept only while block events are on.
+struct BlockMeta {
+  BlockHash ext{}, parent_ext{};
+  bool has_parent = false;
+  std::vector<int> tokens;
+};
+
 class BlockPool {
  public:
-  // Told when a block gets its prefix hash and when a cached block is about to be reused for
-  // other rows (its pages still hold the prefix then): the KV tiers (kv_tiers.h) listen.
+  // Told when a block gets its prefix hash, when a cached block is about to be reused for other
+  // rows (its pages still hold the prefix then), and when a holder takes a hash back to rewrite
+  // the block: the KV tiers (kv_tiers.h) and the event stream (block_events.h) listen. `meta` is
+  // null unless the publisher gave one.
   struct Listener {
     virtual ~Listener() = default;
-    virtual void published(int block, const BlockHash& h, const std::string& salt) = 0;
-    virtual void evicted(int block, const BlockHash& h, const std::string& salt) = 0;
+    virtual void published(int block, const BlockHash& h, const std::string& salt, const BlockMeta* meta) = 0;
+    virtual void evicted(int block, const BlockHash& h, const std::string& salt, const BlockMeta* meta) = 0;
+    virtual void unpublished(int /*block*/, const BlockMeta* /*meta*/) {}
   };
 
   BlockPool(int num_blocks, int block_size, size_t bytes_per_block);
@@ -60,13 +71,14 @@ class BlockPool {
   // The block holding this prefix hash, or -1. The caller retains it to use it.
   int lookup(const BlockHash& h) const;
   // Marks a full block as holding the prefix `h` of tenant `salt` (no-op if another block
-  // already does).
-  void publish(int b, const BlockHash& h, const std::string& salt = "");
+  // already does). `meta`, when given, is kept with the hash and handed to the listeners.
+  void publish(int b, const BlockHash& h, const std::string& salt = "", BlockMeta* meta = nullptr);
   // Forgets a block's prefix hash: its holder is about to rewrite it (sink eviction).
   void unpublish(int b);
   bool has_hash(int b) const { return hashed_[b]; }
 
-  void set_listener(Listener* l) { listener_ = l; }
+  void add_listener(Listener* l) { listeners_.push_back(l); }  // told in the order added
+  void clear_listeners() { listeners_.clear(); }
 
   // Debug check of every invariant (free list vs ref counts, hash index); throws on a breach.
   void check_invariants() const;
@@ -84,7 +96,9 @@ class BlockPool {
   std::vector<bool> hashed_;             // [num_blocks]
   std::vector<BlockHash> hash_;          // [num_blocks], valid where hashed_
   std::vector<std::string> salt_;        // [num_blocks], the tenant of a hashed block
-  Listener* listener_ = nullptr;
+  std::vector<BlockMeta> meta_;          // [num_blocks] where hashed with meta (else empty)
+  std::vector<bool> has_meta_;           // [num_blocks]
+  std::vector<Listener*> listeners_;
   std::unordered_map<BlockHash, int, BlockHashKey> by_hash_;
 };
 

@@ -14,28 +14,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A block file: this header, then the payload. Little-endian, fixed size, no padding.
-constexpr char kMagic[8] = {'K', 'V', 'L', 'M', 'B', 'L', 'K', '1'};
-constexpr char kAlgo[8] = {'s', 'h', 'a', '2', '5', '6', 0, 0};  // the payload checksum's algorithm
-constexpr uint32_t kVersion = 1;
-// Writes queued beyond this are dropped (counted), never waited for: decode does not block on disk.
+// Writes queued beyond this are dropped (counted), never waited for: decode does not block on disk or Redis.
 constexpr size_t kMaxQueuedBytes = size_t{256} << 20;
-
-}  // namespace
-
-struct KvTiers::FileHeader {
-  char magic[8];
-  uint32_t version, header_bytes;
-  uint8_t model[32];
-  uint32_t dtype, block_size, kv_dim, n_layers;
-  uint8_t salt[32], hash[32];
-  uint64_t payload_bytes;
-  char algo[8];
-  uint8_t checksum[32];
-};
-static_assert(sizeof(KvTiers::FileHeader) == 176, "the block file header has no padding");
-
-namespace {
+// Hashes remembered as already in Redis (so they are not sent again); forgotten all at once past this.
+constexpr size_t kMaxRemoteSent = size_t{1} << 20;
 
 bool hash_from_name(const std::string& name, BlockHash& h) {
   if (name.size() != 64 + 4 || name.substr(64) != ".kvb") return false;
@@ -50,32 +32,40 @@ bool hash_from_name(const std::string& name, BlockHash& h) {
 // Whether a block file is as long as its header says (a file of another codec or model is whole
 // too; reading it refuses it for that reason).
 bool whole_file(const std::string& path, size_t bytes) {
-  KvTiers::FileHeader h;
+  BlockRecordHeader h;
   std::ifstream f(path, std::ios::binary);
   if (bytes < sizeof h || !f.read(reinterpret_cast<char*>(&h), sizeof h)) return false;
-  return bytes == sizeof h + h.payload_bytes;
+  return BlockRecordFormat::whole(h, bytes);
 }
 
 }  // namespace
 
-const char* kv_reject_name(KvReject r) {
-  static const char* names[kKvRejectReasons] = {"checksum", "truncated", "model", "codec", "tenant", "hash", "io"};
-  return names[static_cast<int>(r)];
-}
-
 nlohmann::json KvTierStats::to_json() const {
   nlohmann::json rej;
   for (int i = 0; i < kKvRejectReasons; ++i) rej[kv_reject_name(static_cast<KvReject>(i))] = rejected[i];
-  return {{"host", {{"bytes", host_bytes}, {"blocks", host_blocks}, {"hits", host_hits}, {"stored", host_stored}}},
-          {"disk", {{"bytes", disk_bytes}, {"blocks", disk_blocks}, {"hits", disk_hits}, {"written", disk_written},
-                    {"dropped", disk_dropped}}},
-          {"misses", misses},
-          {"rejected", rej}};
+  nlohmann::json j = {
+      {"host", {{"bytes", host_bytes}, {"blocks", host_blocks}, {"hits", host_hits}, {"stored", host_stored}}},
+      {"disk", {{"bytes", disk_bytes}, {"blocks", disk_blocks}, {"hits", disk_hits}, {"written", disk_written},
+                {"dropped", disk_dropped}}},
+      {"misses", misses},
+      {"rejected", rej}};
+  if (has_remote)
+    j["remote"] = {{"up", remote_up}, {"hits", remote_hits}, {"written", remote_written}, {"failures", remote_failures}};
+  return j;
 }
 
 KvTiers::KvTiers(const KvPages& pages, const Sha256Digest& model, KvTierOptions opt)
-    : pages_(pages), model_(model), opt_(std::move(opt)), payload_bytes_(pages.bytes_per_block()) {
-  if (opt_.disk_dir.empty()) return;
+    : pages_(pages), model_(model), opt_(std::move(opt)), format_(pages, model) {
+  if (!opt_.remote_url.empty()) {
+    const RedisAddress addr = parse_redis_url(opt_.remote_url);
+    remote_reader_ = std::make_unique<RedisStore>(addr, opt_.remote_timeout_ms);
+    remote_writer_ = std::make_unique<RedisStore>(addr, opt_.remote_timeout_ms);
+    counts_.has_remote = true;
+  }
+  if (opt_.disk_dir.empty()) {
+    if (remote_writer_) writer_ = std::thread([this] { writer_loop(); });
+    return;
+  }
   if (opt_.disk_capacity == 0) fail("a KV disk tier needs a capacity");
   std::error_code ec;
   fs::create_directories(opt_.disk_dir, ec);
@@ -95,7 +85,7 @@ KvTiers::KvTiers(const KvPages& pages, const Sha256Digest& model, KvTierOptions 
         ++counts_.rejected[static_cast<int>(KvReject::Truncated)];
         continue;
       }
-      disk_[h] = {bytes, 0};
+      disk_[h] = {bytes, 0, false, {}};
       disk_bytes_ += bytes;
       found.push_back({e.last_write_time(ec), h});
     }
@@ -118,22 +108,9 @@ KvTiers::~KvTiers() {
 
 std::string KvTiers::file_of(const BlockHash& h) const { return (fs::path(opt_.disk_dir) / (hex(h.data(), h.size()) + ".kvb")).string(); }
 
-KvTiers::FileHeader KvTiers::header(const BlockHash& h, const Sha256Digest& salt, const Sha256Digest& checksum) const {
-  FileHeader out{};
-  std::memcpy(out.magic, kMagic, 8);
-  out.version = kVersion;
-  out.header_bytes = sizeof out;
-  std::memcpy(out.model, model_.data(), 32);
-  out.dtype = static_cast<uint32_t>(pages_.dtype());
-  out.block_size = static_cast<uint32_t>(pages_.block_size());
-  out.kv_dim = static_cast<uint32_t>(pages_.kv_dim());
-  out.n_layers = static_cast<uint32_t>(pages_.n_layers());
-  std::memcpy(out.salt, salt.data(), 32);
-  std::memcpy(out.hash, h.data(), 32);
-  out.payload_bytes = payload_bytes_;
-  std::memcpy(out.algo, kAlgo, 8);
-  std::memcpy(out.checksum, checksum.data(), 32);
-  return out;
+std::string KvTiers::remote_key(const BlockHash& h) const {
+  return "kvlm@" + hex(model_.data(), 8) + "@" + dtype_name(pages_.dtype()) + "x" + std::to_string(pages_.block_size()) +
+         "@" + hex(h.data(), h.size());
 }
 
 void KvTiers::reject(KvReject r) {
@@ -141,24 +118,35 @@ void KvTiers::reject(KvReject r) {
   ++counts_.rejected[static_cast<int>(r)];
 }
 
-void KvTiers::published(int block, const BlockHash& h, const std::string& salt) {
-  if (opt_.disk_dir.empty()) return;
-  DiskJob job{h, Sha256::of_string(salt), std::vector<uint8_t>(payload_bytes_)};
+void KvTiers::published(int block, const BlockHash& h, const std::string& salt, const BlockMeta* meta) {
+  if (opt_.disk_dir.empty() && !remote_writer_) return;
+  WriteJob job;
+  job.hash = h;
+  job.salt = Sha256::of_string(salt);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = disk_.find(h); it != disk_.end()) {
-      it->second.used = ++clock_;  // already there (an earlier run, or a block brought back)
-      return;
-    }
     if (pending_.count(h)) return;
-    if (queued_bytes_ + payload_bytes_ > kMaxQueuedBytes) {
+    if (!opt_.disk_dir.empty()) {
+      if (auto it = disk_.find(h); it != disk_.end())
+        it->second.used = ++clock_;  // already there (an earlier run, or a block brought back)
+      else
+        job.to_disk = true;
+    }
+    job.to_remote = remote_writer_ && !remote_sent_.count(h);
+    if (!job.to_disk && !job.to_remote) return;
+    if (queued_bytes_ + payload_bytes() > kMaxQueuedBytes) {
       ++counts_.disk_dropped;
       return;
     }
     pending_[h] = true;
-    queued_bytes_ += payload_bytes_;
+    queued_bytes_ += payload_bytes();
   }
+  job.payload.resize(payload_bytes());
   pages_.read_block(block, job.payload.data());  // now: the block may be rewritten once released
+  if (meta) {
+    job.has_meta = true;
+    job.meta = *meta;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(job));
@@ -166,26 +154,37 @@ void KvTiers::published(int block, const BlockHash& h, const std::string& salt) 
   cv_.notify_one();
 }
 
-void KvTiers::evicted(int block, const BlockHash& h, const std::string& salt) {
-  if (opt_.host_capacity < payload_bytes_) return;
+void KvTiers::emit_host_removed(const HostEntry& e) {
+  if (e.has_meta) emit(removed_event(e.meta.ext, "host"));
+}
+
+void KvTiers::evicted(int block, const BlockHash& h, const std::string& salt, const BlockMeta* meta) {
+  if (opt_.host_capacity < payload_bytes()) return;
   if (auto it = host_.find(h); it != host_.end()) {  // already here: only fresher
     host_lru_.splice(host_lru_.begin(), host_lru_, it->second.lru);
     return;
   }
-  while (host_bytes_ + payload_bytes_ > opt_.host_capacity && !host_lru_.empty()) {
-    host_.erase(host_lru_.back());  // the disk tier, if any, has it already (written on publish)
+  while (host_bytes_ + payload_bytes() > opt_.host_capacity && !host_lru_.empty()) {
+    auto old = host_.find(host_lru_.back());  // the disk tier, if any, has it already (written on publish)
+    emit_host_removed(old->second);
+    host_.erase(old);
     host_lru_.pop_back();
-    host_bytes_ -= payload_bytes_;
+    host_bytes_ -= payload_bytes();
   }
   HostEntry e;
-  e.payload.resize(payload_bytes_);
+  e.payload.resize(payload_bytes());
   pages_.read_block(block, e.payload.data());
   e.salt = Sha256::of_string(salt);
   e.checksum = Sha256::of(e.payload.data(), e.payload.size());
+  if (meta) {
+    e.has_meta = true;
+    e.meta = *meta;
+    emit(stored_event(*meta, pages_.block_size(), "host"));
+  }
   host_lru_.push_front(h);
   e.lru = host_lru_.begin();
   host_.emplace(h, std::move(e));
-  host_bytes_ += payload_bytes_;
+  host_bytes_ += payload_bytes();
   std::lock_guard<std::mutex> lock(mu_);
   ++counts_.host_stored;
 }
@@ -194,6 +193,7 @@ bool KvTiers::fetch(const BlockHash& h, const std::string& salt, uint8_t* out) {
   const Sha256Digest s = Sha256::of_string(salt);
   if (fetch_host(h, s, out)) return true;
   if (fetch_disk(h, s, out)) return true;
+  if (fetch_remote(h, s, out)) return true;
   std::lock_guard<std::mutex> lock(mu_);
   ++counts_.misses;
   return false;
@@ -211,12 +211,13 @@ bool KvTiers::fetch_host(const BlockHash& h, const Sha256Digest& salt, uint8_t* 
     reject(KvReject::Checksum);
     ok = false;
   } else {
-    std::memcpy(out, e.payload.data(), payload_bytes_);
+    std::memcpy(out, e.payload.data(), payload_bytes());
   }
   // Back in the pool (or refused): either way it leaves this tier.
+  emit_host_removed(e);
   host_lru_.erase(e.lru);
   host_.erase(it);
-  host_bytes_ -= payload_bytes_;
+  host_bytes_ -= payload_bytes();
   if (ok) {
     std::lock_guard<std::mutex> lock(mu_);
     ++counts_.host_hits;
@@ -231,10 +232,13 @@ bool KvTiers::fetch_disk(const BlockHash& h, const Sha256Digest& salt, uint8_t* 
     if (!disk_.count(h)) return false;
   }
   const std::string path = file_of(h);
-  auto refuse = [&](KvReject r, bool remove_file) {
+  auto refuse = [&](KvReject r) {
     reject(r);
+    // A damaged file goes; a whole one of another model, codec or tenant stays (it is theirs).
+    const bool remove_file = r == KvReject::Truncated || r == KvReject::Io || r == KvReject::Checksum;
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = disk_.find(h); it != disk_.end()) {
+      if (it->second.has_ext) emit(removed_event(it->second.ext, "disk"));
       disk_bytes_ -= it->second.bytes;
       disk_.erase(it);  // never tried again; a fresh copy is written on the next publish
     }
@@ -243,26 +247,44 @@ bool KvTiers::fetch_disk(const BlockHash& h, const Sha256Digest& salt, uint8_t* 
     return false;
   };
   std::ifstream f(path, std::ios::binary);
-  if (!f) return refuse(KvReject::Io, false);
-  FileHeader head;
-  if (!f.read(reinterpret_cast<char*>(&head), sizeof head)) return refuse(KvReject::Truncated, true);
-  if (std::memcmp(head.magic, kMagic, 8) != 0 || head.version != kVersion || head.header_bytes != sizeof head ||
-      std::memcmp(head.algo, kAlgo, 8) != 0)
-    return refuse(KvReject::Io, true);
-  // Checked in this order, so each test's damage is named by its own reason.
-  const FileHeader want = header(h, salt, Sha256Digest{});
-  if (std::memcmp(head.model, want.model, 32) != 0) return refuse(KvReject::Model, false);
-  if (head.dtype != want.dtype || head.block_size != want.block_size || head.kv_dim != want.kv_dim ||
-      head.n_layers != want.n_layers || head.payload_bytes != want.payload_bytes)
-    return refuse(KvReject::Codec, false);
-  if (std::memcmp(head.salt, want.salt, 32) != 0) return refuse(KvReject::Tenant, false);
-  if (std::memcmp(head.hash, want.hash, 32) != 0) return refuse(KvReject::Hash, false);
-  if (!f.read(reinterpret_cast<char*>(out), static_cast<std::streamsize>(payload_bytes_)) || f.peek() != EOF)
-    return refuse(KvReject::Truncated, true);
-  if (std::memcmp(Sha256::of(out, payload_bytes_).data(), head.checksum, 32) != 0) return refuse(KvReject::Checksum, true);
+  if (!f) {
+    reject(KvReject::Io);
+    std::lock_guard<std::mutex> lock(mu_);
+    disk_bytes_ -= disk_[h].bytes;
+    disk_.erase(h);
+    return false;
+  }
+  std::vector<uint8_t>& buf = read_buffer_;
+  buf.resize(format_.record_bytes() + 1);  // one more: a longer file shows
+  f.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+  if (auto r = format_.check(buf.data(), static_cast<size_t>(f.gcount()), h, salt, out)) return refuse(*r);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = disk_.find(h); it != disk_.end()) it->second.used = ++clock_;
   ++counts_.disk_hits;
+  return true;
+}
+
+bool KvTiers::fetch_remote(const BlockHash& h, const Sha256Digest& salt, uint8_t* out) {
+  if (!remote_reader_) return false;
+  std::vector<uint8_t>& buf = read_buffer_;
+  switch (remote_reader_->get(remote_key(h), format_.record_bytes(), buf)) {
+    case RedisStore::Get::Miss:
+    case RedisStore::Get::Down:
+      return false;
+    case RedisStore::Get::WrongSize:
+      reject(KvReject::Truncated);
+      return false;
+    case RedisStore::Get::Hit:
+      break;
+  }
+  if (auto r = format_.check(buf.data(), buf.size(), h, salt, out)) {
+    reject(*r);
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counts_.remote_hits;
+  if (remote_sent_.size() >= kMaxRemoteSent) remote_sent_.clear();
+  remote_sent_.insert(h);  // there already: never sent again from here
   return true;
 }
 
@@ -271,35 +293,47 @@ void KvTiers::writer_loop() {
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stop_, and everything written
-    DiskJob job = std::move(queue_.front());
+    WriteJob job = std::move(queue_.front());
     queue_.pop_front();
     writing_ = true;
     lock.unlock();
-    write_file(job);
+    if (job.to_disk) write_file(job);
+    if (job.to_remote) write_remote(job);
     lock.lock();
     writing_ = false;
-    queued_bytes_ -= payload_bytes_;
+    queued_bytes_ -= payload_bytes();
     pending_.erase(job.hash);
     if (queue_.empty()) idle_.notify_all();
   }
 }
 
-void KvTiers::write_file(const DiskJob& job) {
-  const FileHeader head = header(job.hash, job.salt, Sha256::of(job.payload.data(), job.payload.size()));
+void KvTiers::write_file(const WriteJob& job) {
+  const std::vector<uint8_t> record = format_.encode(job.hash, job.salt, job.payload.data());
   const std::string path = file_of(job.hash);
   // A temporary file left by a crash is removed at the next start.
-  if (!write_file_atomically(path, {{&head, sizeof head}, {job.payload.data(), job.payload.size()}})) {
+  if (!write_file_atomically(path, {{record.data(), record.size()}})) {
     std::lock_guard<std::mutex> lock(mu_);
     ++counts_.rejected[static_cast<int>(KvReject::Io)];
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t bytes = sizeof head + job.payload.size();
   if (auto it = disk_.find(job.hash); it != disk_.end()) disk_bytes_ -= it->second.bytes;
-  disk_[job.hash] = {bytes, ++clock_};
-  disk_bytes_ += bytes;
+  disk_[job.hash] = {record.size(), ++clock_, job.has_meta, job.meta.ext};
+  disk_bytes_ += record.size();
   ++counts_.disk_written;
+  if (job.has_meta) emit(stored_event(job.meta, pages_.block_size(), "disk"));
   trim_disk_locked();
+}
+
+void KvTiers::write_remote(const WriteJob& job) {
+  const std::vector<uint8_t> record = format_.encode(job.hash, job.salt, job.payload.data());
+  const bool ok = remote_writer_->set_if_absent(remote_key(job.hash), record, opt_.remote_ttl_s);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ok) return;  // counted by the store; sent again on a later publish
+  ++counts_.remote_written;
+  if (remote_sent_.size() >= kMaxRemoteSent) remote_sent_.clear();
+  remote_sent_.insert(job.hash);
+  if (job.has_meta) emit(stored_event(job.meta, pages_.block_size(), "remote"));
 }
 
 void KvTiers::trim_disk_locked() {
@@ -309,6 +343,7 @@ void KvTiers::trim_disk_locked() {
       if (it->second.used < oldest->second.used) oldest = it;
     std::error_code ec;
     fs::remove(file_of(oldest->first), ec);
+    if (oldest->second.has_ext) emit(removed_event(oldest->second.ext, "disk"));
     disk_bytes_ -= oldest->second.bytes;
     disk_.erase(oldest);
   }
@@ -326,6 +361,10 @@ KvTierStats KvTiers::stats() const {
   s.host_blocks = host_.size();
   s.disk_bytes = disk_bytes_;
   s.disk_blocks = disk_.size();
+  if (remote_reader_) {
+    s.remote_up = remote_reader_->connected();
+    s.remote_failures = remote_reader_->failures() + remote_writer_->failures();
+  }
   return s;
 }
 

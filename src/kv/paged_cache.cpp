@@ -18,6 +18,7 @@ std::vector<uint8_t>& tier_buffer() {
 PagedKvCache::PagedKvCache(KvPages& pages, BlockPool& pool, PagedKvOptions opt)
     : pages_(pages), pool_(pool), max_len_(opt.max_len), salt_(std::move(opt.salt)) {
   tiers_ = opt.tiers;
+  hasher_ = opt.hasher;
   KVLM_CHECK(pool.num_blocks() == pages.num_blocks() && pool.block_size() == pages.block_size(),
              "a block pool and pages of different shapes");
   if (opt.residual < 0) fail("KV residual window must be >= 0, got ", opt.residual);
@@ -52,7 +53,7 @@ void PagedKvCache::release_all() {
   for (auto it = table_.rbegin(); it != table_.rend(); ++it)
     if (*it != kFreed) pool_.release(*it);
   table_.clear();
-  hashes_.clear();
+  truncate_hashes(0);
   length_ = hot_from_ = 0;
   evicted_ = 0;
 }
@@ -129,7 +130,7 @@ void PagedKvCache::evict(int e) {
   const int bs = pool_.block_size(), dim = pages_.kv_dim();
   const int keep = length_ - sinks_ - e;  // rows [sinks + e, length) move to [sinks, sinks + keep)
   make_writable(sinks_ / bs, static_cast<int>(table_.size()) - 1, true);
-  if (hashes_.size() > static_cast<size_t>(sinks_ / bs)) hashes_.resize(sinks_ / bs);
+  truncate_hashes(static_cast<size_t>(sinks_ / bs));
   auto row = [&](float* base_of_block0, int p) { return base_of_block0 + (static_cast<size_t>(table_[p / bs]) * bs + p % bs) * dim; };
   for (int l = 0; l < pages_.n_layers(); ++l) {
     float* k0 = pages_.k(l, 0);
@@ -235,18 +236,19 @@ void PagedKvCache::set_length(int n) {
     if (table_.back() != kFreed) pool_.release(table_.back());
     table_.pop_back();
   }
-  if (hashes_.size() > static_cast<size_t>(n / bs)) hashes_.resize(n / bs);
+  truncate_hashes(static_cast<size_t>(n / bs));
   length_ = n;
 }
 
 std::unique_ptr<KvCache> PagedKvCache::fork() const {
-  PagedKvOptions o{max_len_, salt_, residual_, sinks_, window_, rope_, tiers_};
+  PagedKvOptions o{max_len_, salt_, residual_, sinks_, window_, rope_, tiers_, hasher_};
   if (sinks_on()) o.max_len = 0;  // the stream's slots come from sinks + window again
   auto child = std::make_unique<PagedKvCache>(pages_, pool_, o);
   for (int b : table_)
     if (b != kFreed) pool_.retain(b);
   child->table_ = table_;
   child->hashes_ = hashes_;
+  child->ext_hashes_ = ext_hashes_;
   child->length_ = length_;
   child->evicted_ = evicted_;
   child->hot_from_ = hot_from_;
@@ -297,14 +299,16 @@ int PagedKvCache::adopt_prefix(const std::vector<int>& tokens) {
   // adopt them at any time without the writer noticing.
   const int full = tokens.empty() ? 0 : (static_cast<int>(tokens.size()) - 1) / bs;
   for (int i = 0; i < full; ++i) {
-    BlockHash h = chain_block_hash(i ? &hashes_.back() : nullptr, salt_, tokens.data() + i * bs, bs);
+    push_hash(i, tokens.data() + i * bs);
+    const BlockHash& h = hashes_.back();
     int b = pool_.lookup(h);
     if (b >= 0)
       pool_.retain(b);
-    else if ((b = load_from_tier(h)) < 0)
+    else if ((b = load_from_tier(h, meta_of(i, tokens.data() + i * bs))) < 0) {
+      truncate_hashes(static_cast<size_t>(i));
       break;
+    }
     table_.push_back(b);
-    hashes_.push_back(h);
   }
   length_ = hot_from_ = static_cast<int>(table_.size()) * bs;  // adopted rows exist only as pages
   // Blocks already behind the window are never read from here: give them straight back, so no
@@ -313,14 +317,14 @@ int PagedKvCache::adopt_prefix(const std::vector<int>& tokens) {
   return length_;
 }
 
-int PagedKvCache::load_from_tier(const BlockHash& h) {
+int PagedKvCache::load_from_tier(const BlockHash& h, BlockMeta* meta) {
   if (!tiers_ || pool_.num_free() == 0) return -1;
   std::vector<uint8_t>& buf = tier_buffer();
   buf.resize(tiers_->payload_bytes());
   if (!tiers_->fetch(h, salt_, buf.data())) return -1;
   const int b = pool_.allocate();  // ref 1: ours (it may push another cached block down a tier)
   pages_.write_block(b, buf.data());
-  pool_.publish(b, h, salt_);
+  pool_.publish(b, h, salt_, meta);
   return b;
 }
 
@@ -329,9 +333,30 @@ void PagedKvCache::publish(const std::vector<int>& tokens) {
   const int bs = pool_.block_size();
   const int full = std::min(length_, static_cast<int>(tokens.size())) / bs;
   for (int i = static_cast<int>(hashes_.size()); i < full; ++i) {
-    hashes_.push_back(chain_block_hash(i ? &hashes_.back() : nullptr, salt_, tokens.data() + i * bs, bs));
-    if (table_[i] != kFreed) pool_.publish(table_[i], hashes_.back(), salt_);
+    push_hash(i, tokens.data() + i * bs);
+    if (table_[i] != kFreed) pool_.publish(table_[i], hashes_.back(), salt_, meta_of(i, tokens.data() + i * bs));
   }
+}
+
+void PagedKvCache::push_hash(int i, const int* block_tokens) {
+  const int bs = pool_.block_size();
+  hashes_.push_back(chain_block_hash(i ? &hashes_[i - 1] : nullptr, salt_, block_tokens, bs));
+  if (hasher_)
+    ext_hashes_.push_back(hasher_->block(i ? &ext_hashes_[i - 1] : nullptr, salt_, block_tokens, bs, hashes_.back()));
+}
+
+BlockMeta* PagedKvCache::meta_of(int i, const int* block_tokens) {
+  if (!hasher_) return nullptr;
+  meta_.ext = ext_hashes_[i];
+  meta_.has_parent = i > 0;
+  if (i > 0) meta_.parent_ext = ext_hashes_[i - 1];
+  meta_.tokens.assign(block_tokens, block_tokens + pool_.block_size());
+  return &meta_;
+}
+
+void PagedKvCache::truncate_hashes(size_t n) {
+  if (hashes_.size() > n) hashes_.resize(n);
+  if (ext_hashes_.size() > n) ext_hashes_.resize(n);
 }
 
 }  // namespace kvlm

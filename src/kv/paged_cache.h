@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/block_events.h"
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_tiers.h"
@@ -29,6 +30,7 @@ struct PagedKvOptions {
   int window = 0;          //   and the last `window`, drop the middle
   const RopeTable* rope = nullptr;  // re-rotates moved keys (sinks only)
   KvTiers* tiers = nullptr;         // where adopt_prefix looks after the pool (kv_tiers.h)
+  const ExternalHasher* hasher = nullptr;  // block events on: published blocks carry BlockMeta
 };
 
 class PagedKvCache : public KvCache {
@@ -103,7 +105,11 @@ class PagedKvCache : public KvCache {
   // Makes table entries [first, last] writable: shared blocks are copied, published ones unpublished.
   void make_writable(int first, int last, bool unpublish);
   void evict(int e);  // sinks: drops the e positions after the sinks, moving the rest down
-  int load_from_tier(const BlockHash& h);  // a pool block holding h's rows from a tier, or -1
+  int load_from_tier(const BlockHash& h, BlockMeta* meta);  // a pool block holding h's rows from a tier, or -1
+  // Appends block i's chained hashes (internal, and external with a hasher), computed from its tokens.
+  void push_hash(int i, const int* block_tokens);
+  BlockMeta* meta_of(int i, const int* block_tokens);  // for pool.publish: null without a hasher
+  void truncate_hashes(size_t n);
 
   KvPages& pages_;
   BlockPool& pool_;
@@ -117,6 +123,9 @@ class PagedKvCache : public KvCache {
   std::string salt_;
   std::vector<int> table_;         // block ids, one per block_size positions
   std::vector<BlockHash> hashes_;  // chained hash of each published full block
+  const ExternalHasher* hasher_ = nullptr;
+  std::vector<BlockHash> ext_hashes_;  // their external hashes (with a hasher)
+  BlockMeta meta_;                     // scratch for publish
 };
 
 }  // namespace kvlm

@@ -44,9 +44,15 @@ const Neutral kNeutral[] = {
     {"metadata", json::object()},  {"modalities", {"text"}}, {"prediction", nullptr}, {"audio", nullptr},
     {"reasoning_effort", nullptr}, {"functions", json::array()}, {"function_call", "none"},
     {"web_search_options", nullptr},
+    // SGLang's own fields, which sglang-router adds to every request at these values.
+    {"no_stop_trim", false}, {"skip_special_tokens", true}, {"return_hidden_states", false},
+    {"continue_final_message", false},
 };
 // Accepted whatever their value: they do not change what is generated.
-const std::set<std::string> kIgnoredFreely = {"user", "model", "stream_options", "n", "stream"};
+// separate_reasoning / stream_reasoning (SGLang's, added by sglang-router): kvlm runs no reasoning
+// parser, so there is no reasoning text to separate or stream either way.
+const std::set<std::string> kIgnoredFreely = {"user", "model", "stream_options", "n", "stream", "separate_reasoning",
+                                              "stream_reasoning"};
 
 bool is_neutral(const json& v, const json& neutral) {
   if (v.is_null() || v == neutral) return true;
@@ -117,6 +123,7 @@ GenerationRequest parse_generation_request(const std::string& body, bool chat, c
     known.insert("top_logprobs");
   }
   for (const Neutral& p : kNeutral) known.insert(p.name);
+  known.insert(kIgnoredFreely.begin(), kIgnoredFreely.end());
   for (auto& [key, v] : j.items()) {
     if (!known.count(key))
       bad(key, "unknown parameter '" + key + "'" + (chat ? "" : " for /v1/completions"));

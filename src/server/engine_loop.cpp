@@ -113,6 +113,13 @@ void EngineLoop::publish() {
       g.tier_hits[0] = t.host_hits;
       g.tier_hits[1] = t.disk_hits;
       g.tier_misses = t.misses;
+      if (t.has_remote) {
+        g.tiers = 3;
+        g.tier_hits[2] = t.remote_hits;
+        g.remote_up = t.remote_up;
+        g.remote_written = t.remote_written;
+        g.remote_failures = t.remote_failures;
+      }
       for (int r = 0; r < kKvRejectReasons; ++r) g.tier_rejected[kv_reject_name(static_cast<KvReject>(r))] = t.rejected[r];
     }
     metrics_->set_engine(g);

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/sha256.h"
 #include "server/connection_pool.h"
 #include "tokenizer/text_stream.h"
 
@@ -322,7 +323,11 @@ std::optional<std::string> HttpServer::tenant(const std::string& authorization) 
     if (diff == 0 && found < 0) found = static_cast<int>(k);
   }
   if (found < 0) return std::nullopt;
-  return "tenant-" + std::to_string(found);  // the engine's salt: prefixes shared within a tenant only
+  // The engine's salt: prefixes are shared within a tenant only. Derived from the key itself, not
+  // its place in the list, so replicas sharing a Redis tier agree on it whatever order their keys
+  // are given in (and the salt, which names snapshot files, does not reveal the key).
+  const Sha256Digest d = Sha256::of_string("kvlm-tenant:" + opt_.api_keys[found]);
+  return "tenant-" + hex(d.data(), 8);
 }
 
 void HttpServer::set_backend(const Backend& b) {
@@ -425,6 +430,27 @@ void HttpServer::routes() {
               {"max_model_len", backend_.context}};
     res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
   });
+
+  // What SGLang's router asks a worker at registration (sglang's /model_info and /server_info;
+  // the get_ names are their older spelling).
+  auto model_info = [this, ready](const httplib::Request&, httplib::Response& res) {
+    if (!ready(res)) return;
+    res.set_content(dump({{"model_path", opt_.model_name}, {"tokenizer_path", nullptr}, {"is_generation", true},
+                          {"served_model_name", opt_.model_name}, {"has_image_understanding", false},
+                          {"has_audio_understanding", false}}),
+                    "application/json");
+  };
+  auto server_info = [this, ready](const httplib::Request&, httplib::Response& res) {
+    if (!ready(res)) return;
+    res.set_content(dump({{"model_path", opt_.model_name}, {"served_model_name", opt_.model_name},
+                          {"context_length", backend_.context}, {"version", KVLM_VERSION}, {"engine", "kvlm"},
+                          {"kv", backend_.loop->status()}}),
+                    "application/json");
+  };
+  s.Get("/model_info", model_info);
+  s.Get("/get_model_info", model_info);
+  s.Get("/server_info", server_info);
+  s.Get("/get_server_info", server_info);
 
   s.Get("/metrics", [this, ready](const httplib::Request&, httplib::Response& res) {
     if (!ready(res)) return;

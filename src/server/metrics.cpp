@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "server/kv_event_publisher.h"
+
 namespace kvlm::server {
 
 namespace {
@@ -133,15 +135,15 @@ std::string Metrics::render() const {
   head(o, "kvlm:decode_gbps", "gauge", "Decode bandwidth over the last ~10 decode steps, in GB/s (rate of the two counters above over longer windows).");
   o += "kvlm:decode_gbps" + L + " " + num(g.decode_gbps) + "\n";
   if (g.has_tiers) {
-    const char* tiers[2] = {"host", "disk"};
-    head(o, "kvlm:kv_tier_bytes", "gauge", "Bytes of prefix blocks held below the pool, by tier.");
+    const char* tiers[3] = {"host", "disk", "remote"};
+    head(o, "kvlm:kv_tier_bytes", "gauge", "Bytes of prefix blocks held below the pool, by local tier.");
     for (int t = 0; t < 2; ++t)
       o += "kvlm:kv_tier_bytes" + with(labels_, std::string("tier=\"") + tiers[t] + "\"") + " " + std::to_string(g.tier_bytes[t]) + "\n";
-    head(o, "kvlm:kv_tier_blocks", "gauge", "Prefix blocks held below the pool, by tier.");
+    head(o, "kvlm:kv_tier_blocks", "gauge", "Prefix blocks held below the pool, by local tier.");
     for (int t = 0; t < 2; ++t)
       o += "kvlm:kv_tier_blocks" + with(labels_, std::string("tier=\"") + tiers[t] + "\"") + " " + std::to_string(g.tier_blocks[t]) + "\n";
     head(o, "kvlm:kv_tier_hits_total", "counter", "Blocks brought back into the pool from a tier, by tier.");
-    for (int t = 0; t < 2; ++t)
+    for (int t = 0; t < g.tiers; ++t)
       o += "kvlm:kv_tier_hits_total" + with(labels_, std::string("tier=\"") + tiers[t] + "\"") + " " + std::to_string(g.tier_hits[t]) + "\n";
     head(o, "kvlm:kv_tier_misses_total", "counter", "Prefix blocks looked up below the pool and found in no tier.");
     o += "kvlm:kv_tier_misses_total" + L + " " + std::to_string(g.tier_misses) + "\n";
@@ -149,6 +151,25 @@ std::string Metrics::render() const {
          "Blocks from a tier refused (and recomputed), by reason: checksum, truncated, model, codec, tenant, hash, io.");
     for (const auto& [reason, n] : g.tier_rejected)
       o += "kvlm:kv_tier_verification_failures_total" + with(labels_, "reason=\"" + escape(reason) + "\"") + " " + std::to_string(n) + "\n";
+    if (g.tiers == 3) {
+      head(o, "kvlm:kv_remote_up", "gauge", "1 while the Redis KV tier is connected.");
+      o += "kvlm:kv_remote_up" + L + " " + std::to_string(g.remote_up ? 1 : 0) + "\n";
+      head(o, "kvlm:kv_remote_written_total", "counter", "Blocks this replica wrote to the Redis KV tier.");
+      o += "kvlm:kv_remote_written_total" + L + " " + std::to_string(g.remote_written) + "\n";
+      head(o, "kvlm:kv_remote_failures_total", "counter", "Redis connections refused or lost, and commands failed.");
+      o += "kvlm:kv_remote_failures_total" + L + " " + std::to_string(g.remote_failures) + "\n";
+    }
+  }
+  if (events_) {
+    const KvEventStats e = events_->stats();
+    head(o, "kvlm:kv_event_batches_total", "counter", "KV event batches published (ZMQ).");
+    o += "kvlm:kv_event_batches_total" + L + " " + std::to_string(e.batches) + "\n";
+    head(o, "kvlm:kv_events_total", "counter", "KV events published (ZMQ); a run of blocks is one event.");
+    o += "kvlm:kv_events_total" + L + " " + std::to_string(e.events) + "\n";
+    head(o, "kvlm:kv_events_dropped_total", "counter", "KV events dropped because the publisher's queue was full.");
+    o += "kvlm:kv_events_dropped_total" + L + " " + std::to_string(e.dropped) + "\n";
+    head(o, "kvlm:kv_event_replays_total", "counter", "Replay requests served.");
+    o += "kvlm:kv_event_replays_total" + L + " " + std::to_string(e.replays) + "\n";
   }
   head(o, "kvlm:requests_rejected_total", "counter", "Requests refused before reaching the engine, by reason.");
   if (rejected_.empty()) o += "kvlm:requests_rejected_total" + with(labels_, "reason=\"none\"") + " 0\n";

@@ -10,6 +10,8 @@
 
 namespace kvlm::server {
 
+class KvEventPublisher;
+
 class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -41,12 +43,16 @@ class Metrics {
     std::string page_dtype;
     double decode_bytes = 0, decode_seconds = 0, decode_gbps = 0;
     bool has_tiers = false;  // the series below appear only with KV tiers
-    size_t tier_bytes[2] = {0, 0}, tier_blocks[2] = {0, 0};  // [host, disk]
-    long tier_hits[2] = {0, 0}, tier_misses = 0;
+    int tiers = 2;  // host, disk; and remote (Redis) with --kv-remote
+    size_t tier_bytes[3] = {0, 0, 0}, tier_blocks[3] = {0, 0, 0};  // [host, disk, remote]
+    long tier_hits[3] = {0, 0, 0}, tier_misses = 0;
+    bool remote_up = false;
+    long remote_written = 0, remote_failures = 0;
     std::map<std::string, long> tier_rejected;  // verification failures by reason
   };
   void set_engine(const EngineGauges& g);
   void rejected(const std::string& reason);  // requests refused before the engine (429, 4xx)
+  void set_events(const KvEventPublisher* p) { events_ = p; }  // its counters join the output
 
   std::string render() const;
 
@@ -56,6 +62,7 @@ class Metrics {
   EngineGauges engine_;
   std::map<std::string, unsigned long long> success_, rejected_;
   Histogram ttft_, itl_, e2e_, queue_;
+  const KvEventPublisher* events_ = nullptr;
 };
 
 }  // namespace kvlm::server
