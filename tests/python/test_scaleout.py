@@ -280,6 +280,9 @@ def test_redis_stopped_mid_run_changes_no_answer_and_is_used_again_when_back(clu
 
 
 def test_sglang_router_serves_completions_and_chat_streamed_and_not(cluster):
+    # The router's own probe, which deploy/k8s/router.yaml uses.
+    with urllib.request.urlopen(cluster["router"] + "/health", timeout=10) as r:
+        assert r.status == 200
     client = openai.OpenAI(base_url=cluster["router"] + "/v1", api_key="unused", max_retries=0, timeout=60)
     direct = openai.OpenAI(base_url=cluster["a"].base + "/v1", api_key="unused", max_retries=0, timeout=60)
     prompt = "Once upon a time"
