@@ -7,7 +7,7 @@ secs=${2:-30}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for target in safetensors gguf config tokenizer_json llama2c cli_args request; do
+for target in safetensors gguf config tokenizer_json llama2c cli_args request block_record; do
   mkdir -p "$work/$target"
   cp -r "$here/corpus/$target/." "$work/$target/"
   echo "== fuzz_$target for ${secs}s on $(ls "$here/corpus/$target" | wc -l) seeds"

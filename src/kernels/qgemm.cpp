@@ -28,7 +28,7 @@ float row_scale(const uint8_t* blk, int i) {
 }
 size_t chunk_offset(int i, int j) { return kScaleBytes + (static_cast<size_t>(j) * kGroupRows + i) * 4; }
 
-int32_t load_i32(const void* p) {
+[[maybe_unused]] int32_t load_i32(const void* p) {  // used by the x86 bodies only
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;

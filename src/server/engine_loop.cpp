@@ -172,6 +172,9 @@ void EngineLoop::run() {
         for (auto& [key, a] : active_)
           for (size_t c = 0; c < a.seqs.size(); ++c) finish_choice(a, static_cast<int>(c), "error");
       }
+      // A sequence that finished is answered as soon as it is handled: the metrics must count
+      // its last token before its client can ask for them.
+      if (std::any_of(events.begin(), events.end(), [](const StepEvent& ev) { return ev.finished; })) publish();
       for (const StepEvent& ev : events) handle(ev);
     }
     // Jobs whose choices are all finished leave; their sequences are forgotten.
