@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "kv/block_record.h"
 #include "kv/redis_store.h"
-#include "model/config.h"
+#include "model/synthetic.h"
 
 namespace {
 
@@ -21,15 +21,7 @@ struct Fixture {
   kvlm::Sha256Digest salt{};
   std::vector<uint8_t> record;
   Fixture() {
-    cfg.arch = "llama";
-    cfg.dim = 8;
-    cfg.hidden_dim = 16;
-    cfg.n_layers = 2;
-    cfg.n_heads = 2;
-    cfg.n_kv_heads = 1;
-    cfg.head_dim = 4;
-    cfg.vocab_size = 16;
-    cfg.max_seq_len = 16;
+    cfg = kvlm::llama_shape(2, 8, 16, 2, 1, 4, 16, 16);
     pages = std::make_unique<kvlm::KvPages>(cfg, 2, 1, kvlm::DType::Int8);
     kvlm::Sha256Digest model{};
     model.fill(9);

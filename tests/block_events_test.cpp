@@ -10,6 +10,7 @@
 #include "kv/kv_tiers.h"
 #include "kv/paged_cache.h"
 #include "kv/redis_store.h"
+#include "model/synthetic.h"
 
 namespace kvlm {
 namespace {
@@ -70,19 +71,7 @@ struct Recorder : BlockEventSink {
   void emit(BlockEvent e) override { got.push_back(std::move(e)); }
 };
 
-ModelConfig tiny() {
-  ModelConfig c;
-  c.arch = "llama";
-  c.dim = 8;
-  c.hidden_dim = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.head_dim = 4;
-  c.vocab_size = 32;
-  c.max_seq_len = 64;
-  return c;
-}
+ModelConfig tiny() { return llama_shape(2, 8, 16, 2, 1, 4, 32, 64); }
 
 TEST(BlockEvents, PoolPublishesAndEvictsWithParentsAndTokens) {
   const ModelConfig cfg = tiny();

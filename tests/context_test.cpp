@@ -24,19 +24,7 @@ namespace {
 
 // A small Llama with Q8_0 matrices: the quantized path uses the context's activation buffer.
 std::unique_ptr<Model> small_model() {
-  ModelConfig c;
-  c.arch = "llama";
-  c.dim = 128;
-  c.hidden_dim = 256;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 32;
-  c.vocab_size = 256;
-  c.max_seq_len = 256;
-  c.rope = RopeKind::RotateHalf;
-  c.attn_scale = 1.0f / std::sqrt(32.0f);
-  c.layer_window.assign(c.n_layers, 0);
+  ModelConfig c = llama_shape(2, 128, 256, 4, 2, 32, 256, 256);
   auto m = synthetic_model(c, 7);
   m->convert_weights(DType::Q8_0);
   return m;

@@ -54,6 +54,24 @@ void fill_normal(Buffer<float>& v, size_t n, float stddev, uint64_t seed) {
 
 }  // namespace
 
+ModelConfig llama_shape(int layers, int dim, int hidden, int heads, int kv_heads, int head_dim, int vocab, int ctx) {
+  ModelConfig c;
+  c.arch = "llama";
+  c.dim = dim;
+  c.hidden_dim = hidden;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.vocab_size = vocab;
+  c.max_seq_len = ctx;
+  c.rope = RopeKind::RotateHalf;
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  c.tied_embeddings = false;
+  c.layer_window.assign(c.n_layers, 0);
+  return c;
+}
+
 std::vector<std::string> preset_names() { return {"distilgpt2", "gpt2", "gpt-neo-1.3B", "tinyllama-1.1b"}; }
 
 ModelConfig preset_config(const std::string& name) {
@@ -66,23 +84,7 @@ ModelConfig preset_config(const std::string& name) {
     for (int l = 0; l < c.n_layers; ++l) c.layer_window[l] = l % 2 ? 256 : 0;  // global, local alternate
     return c;
   }
-  if (name == "tinyllama-1.1b") {
-    ModelConfig c;
-    c.arch = "llama";
-    c.dim = 2048;
-    c.hidden_dim = 5632;
-    c.n_layers = 22;
-    c.n_heads = 32;
-    c.n_kv_heads = 4;
-    c.head_dim = 64;
-    c.vocab_size = 32000;
-    c.max_seq_len = 2048;
-    c.rope = RopeKind::RotateHalf;
-    c.attn_scale = 1.0f / 8.0f;
-    c.tied_embeddings = false;
-    c.layer_window.assign(c.n_layers, 0);
-    return c;
-  }
+  if (name == "tinyllama-1.1b") return llama_shape(22, 2048, 5632, 32, 4, 64, 32000, 2048);
   std::string all;
   for (auto& n : preset_names()) all += (all.empty() ? "" : ", ") + n;
   fail("unknown preset '", name, "' (known: ", all, ")");

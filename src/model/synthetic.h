@@ -13,6 +13,9 @@ namespace kvlm {
 std::vector<std::string> preset_names();
 ModelConfig preset_config(const std::string& name);  // throws on an unknown name
 std::unique_ptr<Model> synthetic_model(const ModelConfig& cfg, uint64_t seed = 0);
+// A Llama of this shape (RoPE, SwiGLU, untied head, attention scale 1/sqrt(head_dim)): the
+// presets use it, and tests and fuzz targets that need a small one.
+ModelConfig llama_shape(int layers, int dim, int hidden, int heads, int kv_heads, int head_dim, int vocab, int ctx);
 // Bytes of the f32 weights synthetic_model would allocate (for planning without building it).
 size_t synthetic_model_bytes(const ModelConfig& cfg);
 

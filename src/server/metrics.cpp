@@ -32,6 +32,13 @@ void head(std::string& out, const char* name, const char* type, const char* help
   out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
 }
 
+// A series with one sample: its HELP and TYPE lines, then the sample.
+void one(std::string& out, const char* name, const char* type, const char* help, const std::string& labels,
+         const std::string& value) {
+  head(out, name, type, help);
+  out += std::string(name) + labels + " " + value + "\n";
+}
+
 std::string with(const std::string& labels, const std::string& more) {
   return "{" + labels + (more.empty() ? "" : "," + more) + "}";
 }
@@ -93,22 +100,14 @@ std::string Metrics::render() const {
   std::string o;
   const std::string L = "{" + labels_ + "}";
   const EngineGauges& g = engine_;
-  head(o, "vllm:num_requests_running", "gauge", "Sequences in the running batch.");
-  o += "vllm:num_requests_running" + L + " " + std::to_string(g.running) + "\n";
-  head(o, "vllm:num_requests_waiting", "gauge", "Sequences waiting to be admitted.");
-  o += "vllm:num_requests_waiting" + L + " " + std::to_string(g.waiting) + "\n";
-  head(o, "vllm:kv_cache_usage_perc", "gauge", "Fraction of KV blocks held by sequences (1 = full).");
-  o += "vllm:kv_cache_usage_perc" + L + " " + num(g.kv_usage) + "\n";
-  head(o, "vllm:prompt_tokens_total", "counter", "Prompt tokens admitted.");
-  o += "vllm:prompt_tokens_total" + L + " " + std::to_string(g.prompt_tokens) + "\n";
-  head(o, "vllm:generation_tokens_total", "counter", "Tokens generated.");
-  o += "vllm:generation_tokens_total" + L + " " + std::to_string(g.generated_tokens) + "\n";
-  head(o, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.");
-  o += "vllm:prefix_cache_queries_total" + L + " " + std::to_string(g.prompt_tokens) + "\n";
-  head(o, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.");
-  o += "vllm:prefix_cache_hits_total" + L + " " + std::to_string(g.reused_tokens) + "\n";
-  head(o, "vllm:num_preemptions_total", "counter", "Sequences preempted for KV memory.");
-  o += "vllm:num_preemptions_total" + L + " " + std::to_string(g.preemptions) + "\n";
+  one(o, "vllm:num_requests_running", "gauge", "Sequences in the running batch.", L, std::to_string(g.running));
+  one(o, "vllm:num_requests_waiting", "gauge", "Sequences waiting to be admitted.", L, std::to_string(g.waiting));
+  one(o, "vllm:kv_cache_usage_perc", "gauge", "Fraction of KV blocks held by sequences (1 = full).", L, num(g.kv_usage));
+  one(o, "vllm:prompt_tokens_total", "counter", "Prompt tokens admitted.", L, std::to_string(g.prompt_tokens));
+  one(o, "vllm:generation_tokens_total", "counter", "Tokens generated.", L, std::to_string(g.generated_tokens));
+  one(o, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", L, std::to_string(g.prompt_tokens));
+  one(o, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", L, std::to_string(g.reused_tokens));
+  one(o, "vllm:num_preemptions_total", "counter", "Sequences preempted for KV memory.", L, std::to_string(g.preemptions));
   head(o, "vllm:request_success_total", "counter", "Requests finished, by finish reason.");
   for (const auto& [reason, n] : success_)
     o += "vllm:request_success_total" + with(labels_, "finished_reason=\"" + escape(reason) + "\"") + " " + std::to_string(n) + "\n";
@@ -126,14 +125,10 @@ std::string Metrics::render() const {
     o += "kvlm:kv_blocks" + with(labels_, std::string("state=\"") + state + "\"") + " " + std::to_string(n) + "\n";
   head(o, "kvlm:kv_bytes", "gauge", "KV bytes held by sequences, by page precision.");
   o += "kvlm:kv_bytes" + with(labels_, "precision=\"" + escape(g.page_dtype) + "\"") + " " + std::to_string(g.kv_bytes) + "\n";
-  head(o, "kvlm:kv_residual_bytes", "gauge", "Bytes of f32 residual rows kept beside quantized pages.");
-  o += "kvlm:kv_residual_bytes" + L + " " + std::to_string(g.residual_bytes) + "\n";
-  head(o, "kvlm:decode_bytes_total", "counter", "Bytes read by pure decode steps: weights plus the KV of their sequences.");
-  o += "kvlm:decode_bytes_total" + L + " " + num(g.decode_bytes) + "\n";
-  head(o, "kvlm:decode_seconds_total", "counter", "Time spent in pure decode steps.");
-  o += "kvlm:decode_seconds_total" + L + " " + num(g.decode_seconds) + "\n";
-  head(o, "kvlm:decode_gbps", "gauge", "Decode bandwidth over the last ~10 decode steps, in GB/s (rate of the two counters above over longer windows).");
-  o += "kvlm:decode_gbps" + L + " " + num(g.decode_gbps) + "\n";
+  one(o, "kvlm:kv_residual_bytes", "gauge", "Bytes of f32 residual rows kept beside quantized pages.", L, std::to_string(g.residual_bytes));
+  one(o, "kvlm:decode_bytes_total", "counter", "Bytes read by pure decode steps: weights plus the KV of their sequences.", L, num(g.decode_bytes));
+  one(o, "kvlm:decode_seconds_total", "counter", "Time spent in pure decode steps.", L, num(g.decode_seconds));
+  one(o, "kvlm:decode_gbps", "gauge", "Decode bandwidth over the last ~10 decode steps, in GB/s (rate of the two counters above over longer windows).", L, num(g.decode_gbps));
   if (g.has_tiers) {
     const char* tiers[3] = {"host", "disk", "remote"};
     head(o, "kvlm:kv_tier_bytes", "gauge", "Bytes of prefix blocks held below the pool, by local tier.");
@@ -145,31 +140,23 @@ std::string Metrics::render() const {
     head(o, "kvlm:kv_tier_hits_total", "counter", "Blocks brought back into the pool from a tier, by tier.");
     for (int t = 0; t < g.tiers; ++t)
       o += "kvlm:kv_tier_hits_total" + with(labels_, std::string("tier=\"") + tiers[t] + "\"") + " " + std::to_string(g.tier_hits[t]) + "\n";
-    head(o, "kvlm:kv_tier_misses_total", "counter", "Prefix blocks looked up below the pool and found in no tier.");
-    o += "kvlm:kv_tier_misses_total" + L + " " + std::to_string(g.tier_misses) + "\n";
+    one(o, "kvlm:kv_tier_misses_total", "counter", "Prefix blocks looked up below the pool and found in no tier.", L, std::to_string(g.tier_misses));
     head(o, "kvlm:kv_tier_verification_failures_total", "counter",
          "Blocks from a tier refused (and recomputed), by reason: checksum, truncated, model, codec, tenant, hash, io.");
     for (const auto& [reason, n] : g.tier_rejected)
       o += "kvlm:kv_tier_verification_failures_total" + with(labels_, "reason=\"" + escape(reason) + "\"") + " " + std::to_string(n) + "\n";
     if (g.tiers == 3) {
-      head(o, "kvlm:kv_remote_up", "gauge", "1 while the Redis KV tier is connected.");
-      o += "kvlm:kv_remote_up" + L + " " + std::to_string(g.remote_up ? 1 : 0) + "\n";
-      head(o, "kvlm:kv_remote_written_total", "counter", "Blocks this replica wrote to the Redis KV tier.");
-      o += "kvlm:kv_remote_written_total" + L + " " + std::to_string(g.remote_written) + "\n";
-      head(o, "kvlm:kv_remote_failures_total", "counter", "Redis connections refused or lost, and commands failed.");
-      o += "kvlm:kv_remote_failures_total" + L + " " + std::to_string(g.remote_failures) + "\n";
+      one(o, "kvlm:kv_remote_up", "gauge", "1 while the Redis KV tier is connected.", L, std::to_string(g.remote_up ? 1 : 0));
+      one(o, "kvlm:kv_remote_written_total", "counter", "Blocks this replica wrote to the Redis KV tier.", L, std::to_string(g.remote_written));
+      one(o, "kvlm:kv_remote_failures_total", "counter", "Redis connections refused or lost, and commands failed.", L, std::to_string(g.remote_failures));
     }
   }
   if (events_) {
     const KvEventStats e = events_->stats();
-    head(o, "kvlm:kv_event_batches_total", "counter", "KV event batches published (ZMQ).");
-    o += "kvlm:kv_event_batches_total" + L + " " + std::to_string(e.batches) + "\n";
-    head(o, "kvlm:kv_events_total", "counter", "KV events published (ZMQ); a run of blocks is one event.");
-    o += "kvlm:kv_events_total" + L + " " + std::to_string(e.events) + "\n";
-    head(o, "kvlm:kv_events_dropped_total", "counter", "KV events dropped because the publisher's queue was full.");
-    o += "kvlm:kv_events_dropped_total" + L + " " + std::to_string(e.dropped) + "\n";
-    head(o, "kvlm:kv_event_replays_total", "counter", "Replay requests served.");
-    o += "kvlm:kv_event_replays_total" + L + " " + std::to_string(e.replays) + "\n";
+    one(o, "kvlm:kv_event_batches_total", "counter", "KV event batches published (ZMQ).", L, std::to_string(e.batches));
+    one(o, "kvlm:kv_events_total", "counter", "KV events published (ZMQ); a run of blocks is one event.", L, std::to_string(e.events));
+    one(o, "kvlm:kv_events_dropped_total", "counter", "KV events dropped because the publisher's queue was full.", L, std::to_string(e.dropped));
+    one(o, "kvlm:kv_event_replays_total", "counter", "Replay requests served.", L, std::to_string(e.replays));
   }
   head(o, "kvlm:requests_rejected_total", "counter", "Requests refused before reaching the engine, by reason.");
   if (rejected_.empty()) o += "kvlm:requests_rejected_total" + with(labels_, "reason=\"none\"") + " 0\n";
