@@ -1,5 +1,6 @@
 #include "kv/redis_store.h"
 
+#include <cerrno>
 #include <cstdlib>
 
 #ifdef KVLM_HAVE_HIREDIS
@@ -67,6 +68,16 @@ RedisStore::~RedisStore() {
   if (c_) redisFree(c_);
 }
 
+bool RedisStore::retry_now(int attempt) {
+  // A connection Redis closed (it restarted) fails once at once, and a fresh one may work: one
+  // more try. A timeout is not retried: the engine's thread would wait for it twice.
+  const int err = errno;  // of the failed read or write
+  const bool timed_out = c_ && c_->err == REDIS_ERR_IO && (err == EAGAIN || err == EWOULDBLOCK || err == ETIMEDOUT);
+  const bool retry = c_ && !timed_out && attempt == 0;
+  drop(!retry);
+  return retry;
+}
+
 void RedisStore::drop(bool backoff) {
   if (c_) redisFree(c_);
   c_ = nullptr;
@@ -97,7 +108,6 @@ bool RedisStore::ensure() {
 }
 
 RedisStore::Get RedisStore::get(const std::string& key, size_t bytes, std::vector<uint8_t>& out) {
-  // Two tries: a connection Redis closed (it restarted) fails once, and a fresh one may work.
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (!ensure()) return Get::Down;
     // Pipelined: the length first, and the value only up to the size expected (memory bounded
@@ -107,7 +117,7 @@ RedisStore::Get RedisStore::get(const std::string& key, size_t bytes, std::vecto
     Reply len, val;
     if (redisGetReply(c_, reinterpret_cast<void**>(&len.r)) != REDIS_OK ||
         redisGetReply(c_, reinterpret_cast<void**>(&val.r)) != REDIS_OK) {
-      drop(attempt == 1);
+      if (!retry_now(attempt)) return Get::Down;
       continue;
     }
     if (len.r->type != REDIS_REPLY_INTEGER || val.r->type != REDIS_REPLY_STRING) return Get::Miss;  // not a string key
@@ -129,7 +139,7 @@ bool RedisStore::set_if_absent(const std::string& key, const std::vector<uint8_t
     else
       rep.r = static_cast<redisReply*>(redisCommand(c_, "SET %b %b NX", key.data(), key.size(), value.data(), value.size()));
     if (!rep.r) {
-      drop(attempt == 1);
+      if (!retry_now(attempt)) return false;
       continue;
     }
     return rep.r->type != REDIS_REPLY_ERROR;

@@ -39,7 +39,8 @@ class RedisStore {
 
  private:
   bool ensure();   // connects when the backoff allows
-  void drop(bool backoff);  // after an error: disconnect (and, with backoff, wait a second before the next try)
+  void drop(bool backoff);
+  bool retry_now(int attempt);  // after a failed command: drops the connection; true to try again at once  // after an error: disconnect (and, with backoff, wait a second before the next try)
 
   RedisAddress addr_;
   int timeout_ms_;

@@ -11,6 +11,7 @@ namespace kvlm::server {
 namespace {
 
 constexpr int kPollMs = 5;  // how long an event may wait to be batched
+constexpr size_t kMaxReplayBytes = size_t{64} << 20;  // the replay buffer's bound in bytes, beside its count
 
 std::string be64(int64_t v) {
   std::string s(8, '\0');
@@ -50,6 +51,7 @@ struct KvEventPublisher::Sockets {
   bool has_replay = false;
   uint64_t next_seq = 0;
   std::deque<std::pair<uint64_t, std::string>> buffer;  // (seq, payload) for replay
+  size_t buffer_bytes = 0;
 };
 
 nlohmann::json KvEventStats::to_json() const {
@@ -194,8 +196,12 @@ void KvEventPublisher::run() {
       z.pub.send(zmq::buffer(opt_.topic), zmq::send_flags::sndmore);
       z.pub.send(zmq::buffer(seq_bytes), zmq::send_flags::sndmore);
       z.pub.send(zmq::buffer(payload), zmq::send_flags::none);
+      z.buffer_bytes += payload.size();
       z.buffer.emplace_back(seq, std::move(payload));
-      while (z.buffer.size() > opt_.replay_batches) z.buffer.pop_front();
+      while (z.buffer.size() > opt_.replay_batches || z.buffer_bytes > kMaxReplayBytes) {
+        z.buffer_bytes -= z.buffer.front().second.size();
+        z.buffer.pop_front();
+      }
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.batches;
       stats_.events += static_cast<long>(batch.size());

@@ -29,7 +29,7 @@ struct KvEventOptions {
   std::string endpoint;         // PUB socket, bound: tcp://*:5557
   std::string replay_endpoint;  // ROUTER socket, bound ("" = no replay)
   std::string topic;            // the first frame ("" as vLLM's default)
-  size_t replay_batches = 10000;  // batches kept for replay
+  size_t replay_batches = 10000;  // batches kept for replay (and at most 64 MiB of them)
   size_t max_queued = 100000;     // events waiting for the publisher thread; beyond, dropped (counted)
   bool hashes_as_int = false;     // block hashes as uint64 (sha256_cbor_64bit), else 32-byte bin
   int dp_rank = 0;

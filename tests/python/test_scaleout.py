@@ -8,7 +8,9 @@ from PyPI; the clients are the openai package and plain HTTP.
 import hashlib
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -277,6 +279,45 @@ def test_redis_stopped_mid_run_changes_no_answer_and_is_used_again_when_back(clu
         time.sleep(0.3)
     assert metric(a.base, "kvlm:kv_remote_written_total") > written, "replica A never wrote to Redis again"
     assert metric(a.base, "kvlm:kv_remote_up") == 1
+
+
+def redis_cli(port, *args):
+    out = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_a_tampered_redis_block_is_refused_by_reason_and_recomputed(cluster):
+    a, b, redis = cluster["a"], cluster["b"], cluster["redis"]
+    prompt = "A block in Redis is damaged before replica B reads it. " + PROMPT_A
+    want = complete(a.base, prompt)["choices"][0]["text"]
+    wait_for(lambda: redis_cli(redis.port, "--scan", "--pattern", "kvlm@*").strip() != b"", "blocks in Redis")
+    time.sleep(0.5)  # the writer lands the rest of this prompt's blocks
+    keys = redis_cli(redis.port, "--scan", "--pattern", "kvlm@*").split()
+    assert all(re.fullmatch(rb"kvlm@[0-9a-f]{16}@f32x16@[0-9a-f]{64}", k) for k in keys), keys[:3]
+    for k in keys:  # one payload byte changed in every record (the header is 176 bytes)
+        old = redis_cli(redis.port, "GETRANGE", k, "200", "200")[:1]
+        redis_cli(redis.port, "SETRANGE", k, "200", "B" if old == b"A" else "A")
+    before = metric(b.base, "kvlm:kv_tier_verification_failures_total")
+    got = complete(b.base, prompt)
+    assert got["choices"][0]["text"] == want
+    assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert metric(b.base, "kvlm:kv_tier_verification_failures_total") > before
+
+
+def test_a_hung_redis_costs_bounded_time_and_changes_no_answer(cluster):
+    a, b, redis = cluster["a"], cluster["b"], cluster["redis"]
+    prompts = [f"Redis hangs during story {i}. " + PROMPT_A for i in range(3)]
+    want = [complete(a.base, p)["choices"][0]["text"] for p in prompts]
+    redis.proc.send_signal(signal.SIGSTOP)  # accepts connections (the kernel does), never answers
+    try:
+        for p, w in zip(prompts, want):
+            t0 = time.time()
+            got = complete(b.base, p)
+            assert got["choices"][0]["text"] == w
+            assert time.time() - t0 < 5, "a request waited on a hung Redis past its timeouts"
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
 
 
 def test_sglang_router_serves_completions_and_chat_streamed_and_not(cluster):
