@@ -26,7 +26,6 @@ BlockPool::BlockPool(int num_blocks, int block_size, size_t bytes_per_block)
   hash_.resize(num_blocks);
   salt_.resize(num_blocks);
   meta_.resize(num_blocks);
-  has_meta_.assign(num_blocks, false);
   for (int b = 0; b < num_blocks; ++b) push_tail(b);
 }
 
@@ -52,10 +51,10 @@ int BlockPool::allocate() {
   int b = head_;
   unlink(b);
   if (hashed_[b]) {  // evict: the cached prefix leaves the pool (down a tier, when one listens)
-    const BlockMeta* m = has_meta_[b] ? &meta_[b] : nullptr;
-    for (Listener* l : listeners_) l->evicted(b, hash_[b], salt_[b], m);
+    for (Listener* l : listeners_) l->evicted(b, hash_[b], salt_[b], meta_[b] ? &*meta_[b] : nullptr);
     by_hash_.erase(hash_[b]);
-    hashed_[b] = has_meta_[b] = false;
+    hashed_[b] = false;
+    meta_[b].reset();
   }
   ref_[b] = 1;
   return b;
@@ -81,17 +80,17 @@ void BlockPool::publish(int b, const BlockHash& h, const std::string& salt, Bloc
   hashed_[b] = true;
   hash_[b] = h;
   salt_[b] = salt;
-  has_meta_[b] = meta != nullptr;
   if (meta) meta_[b] = std::move(*meta);
   by_hash_.emplace(h, b);
-  for (Listener* l : listeners_) l->published(b, h, salt, meta ? &meta_[b] : nullptr);
+  for (Listener* l : listeners_) l->published(b, h, salt, meta_[b] ? &*meta_[b] : nullptr);
 }
 
 void BlockPool::unpublish(int b) {
   if (!hashed_[b]) return;
-  for (Listener* l : listeners_) l->unpublished(b, has_meta_[b] ? &meta_[b] : nullptr);
+  for (Listener* l : listeners_) l->unpublished(b, meta_[b] ? &*meta_[b] : nullptr);
   by_hash_.erase(hash_[b]);
-  hashed_[b] = has_meta_[b] = false;
+  hashed_[b] = false;
+  meta_[b].reset();
 }
 
 void BlockPool::check_invariants() const {

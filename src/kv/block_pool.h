@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -96,8 +97,7 @@ class BlockPool {
   std::vector<bool> hashed_;             // [num_blocks]
   std::vector<BlockHash> hash_;          // [num_blocks], valid where hashed_
   std::vector<std::string> salt_;        // [num_blocks], the tenant of a hashed block
-  std::vector<BlockMeta> meta_;          // [num_blocks] where hashed with meta (else empty)
-  std::vector<bool> has_meta_;           // [num_blocks]
+  std::vector<std::optional<BlockMeta>> meta_;  // [num_blocks], where hashed with meta
   std::vector<Listener*> listeners_;
   std::unordered_map<BlockHash, int, BlockHashKey> by_hash_;
 };

@@ -85,7 +85,7 @@ KvTiers::KvTiers(const KvPages& pages, const Sha256Digest& model, KvTierOptions 
         ++counts_.rejected[static_cast<int>(KvReject::Truncated)];
         continue;
       }
-      disk_[h] = {bytes, 0, false, {}};
+      disk_[h] = {bytes, 0, std::nullopt};
       disk_bytes_ += bytes;
       found.push_back({e.last_write_time(ec), h});
     }
@@ -143,10 +143,7 @@ void KvTiers::published(int block, const BlockHash& h, const std::string& salt, 
   }
   job.payload.resize(payload_bytes());
   pages_.read_block(block, job.payload.data());  // now: the block may be rewritten once released
-  if (meta) {
-    job.has_meta = true;
-    job.meta = *meta;
-  }
+  if (meta) job.meta = *meta;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(job));
@@ -155,7 +152,7 @@ void KvTiers::published(int block, const BlockHash& h, const std::string& salt, 
 }
 
 void KvTiers::emit_host_removed(const HostEntry& e) {
-  if (e.has_meta) emit(removed_event(e.meta.ext, "host"));
+  if (e.meta) emit(removed_event(e.meta->ext, "host"));
 }
 
 void KvTiers::evicted(int block, const BlockHash& h, const std::string& salt, const BlockMeta* meta) {
@@ -171,19 +168,17 @@ void KvTiers::evicted(int block, const BlockHash& h, const std::string& salt, co
     host_lru_.pop_back();
     host_bytes_ -= payload_bytes();
   }
-  HostEntry e;
+  host_lru_.push_front(h);
+  HostEntry& e = host_[h];  // built in place
+  e.lru = host_lru_.begin();
   e.payload.resize(payload_bytes());
   pages_.read_block(block, e.payload.data());
   e.salt = Sha256::of_string(salt);
   e.checksum = Sha256::of(e.payload.data(), e.payload.size());
   if (meta) {
-    e.has_meta = true;
     e.meta = *meta;
     emit(stored_event(*meta, pages_.block_size(), "host"));
   }
-  host_lru_.push_front(h);
-  e.lru = host_lru_.begin();
-  host_.emplace(h, std::move(e));
   host_bytes_ += payload_bytes();
   std::lock_guard<std::mutex> lock(mu_);
   ++counts_.host_stored;
@@ -232,13 +227,13 @@ bool KvTiers::fetch_disk(const BlockHash& h, const Sha256Digest& salt, uint8_t* 
     if (!disk_.count(h)) return false;
   }
   const std::string path = file_of(h);
-  auto refuse = [&](KvReject r) {
+  // A damaged file goes; a whole one of another model, codec or tenant stays (it is theirs), and
+  // so does one that could not be opened.
+  auto refuse = [&](KvReject r, bool remove_file) {
     reject(r);
-    // A damaged file goes; a whole one of another model, codec or tenant stays (it is theirs).
-    const bool remove_file = r == KvReject::Truncated || r == KvReject::Io || r == KvReject::Checksum;
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = disk_.find(h); it != disk_.end()) {
-      if (it->second.has_ext) emit(removed_event(it->second.ext, "disk"));
+      if (it->second.ext) emit(removed_event(*it->second.ext, "disk"));
       disk_bytes_ -= it->second.bytes;
       disk_.erase(it);  // never tried again; a fresh copy is written on the next publish
     }
@@ -247,17 +242,12 @@ bool KvTiers::fetch_disk(const BlockHash& h, const Sha256Digest& salt, uint8_t* 
     return false;
   };
   std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    reject(KvReject::Io);
-    std::lock_guard<std::mutex> lock(mu_);
-    disk_bytes_ -= disk_[h].bytes;
-    disk_.erase(h);
-    return false;
-  }
+  if (!f) return refuse(KvReject::Io, false);
   std::vector<uint8_t>& buf = read_buffer_;
   buf.resize(format_.record_bytes() + 1);  // one more: a longer file shows
   f.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
-  if (auto r = format_.check(buf.data(), static_cast<size_t>(f.gcount()), h, salt, out)) return refuse(*r);
+  if (auto r = format_.check(buf.data(), static_cast<size_t>(f.gcount()), h, salt, out))
+    return refuse(*r, *r == KvReject::Truncated || *r == KvReject::Io || *r == KvReject::Checksum);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = disk_.find(h); it != disk_.end()) it->second.used = ++clock_;
   ++counts_.disk_hits;
@@ -283,9 +273,13 @@ bool KvTiers::fetch_remote(const BlockHash& h, const Sha256Digest& salt, uint8_t
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++counts_.remote_hits;
-  if (remote_sent_.size() >= kMaxRemoteSent) remote_sent_.clear();
-  remote_sent_.insert(h);  // there already: never sent again from here
+  remember_remote_locked(h);
   return true;
+}
+
+void KvTiers::remember_remote_locked(const BlockHash& h) {
+  if (remote_sent_.size() >= kMaxRemoteSent) remote_sent_.clear();
+  remote_sent_.insert(h);
 }
 
 void KvTiers::writer_loop() {
@@ -297,8 +291,9 @@ void KvTiers::writer_loop() {
     queue_.pop_front();
     writing_ = true;
     lock.unlock();
-    if (job.to_disk) write_file(job);
-    if (job.to_remote) write_remote(job);
+    const std::vector<uint8_t> record = format_.encode(job.hash, job.salt, job.payload.data());
+    if (job.to_disk) write_file(job, record);
+    if (job.to_remote) write_remote(job, record);
     lock.lock();
     writing_ = false;
     queued_bytes_ -= payload_bytes();
@@ -307,8 +302,7 @@ void KvTiers::writer_loop() {
   }
 }
 
-void KvTiers::write_file(const WriteJob& job) {
-  const std::vector<uint8_t> record = format_.encode(job.hash, job.salt, job.payload.data());
+void KvTiers::write_file(const WriteJob& job, const std::vector<uint8_t>& record) {
   const std::string path = file_of(job.hash);
   // A temporary file left by a crash is removed at the next start.
   if (!write_file_atomically(path, {{record.data(), record.size()}})) {
@@ -318,22 +312,20 @@ void KvTiers::write_file(const WriteJob& job) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = disk_.find(job.hash); it != disk_.end()) disk_bytes_ -= it->second.bytes;
-  disk_[job.hash] = {record.size(), ++clock_, job.has_meta, job.meta.ext};
+  disk_[job.hash] = {record.size(), ++clock_, job.meta ? std::optional<BlockHash>(job.meta->ext) : std::nullopt};
   disk_bytes_ += record.size();
   ++counts_.disk_written;
-  if (job.has_meta) emit(stored_event(job.meta, pages_.block_size(), "disk"));
+  if (job.meta) emit(stored_event(*job.meta, pages_.block_size(), "disk"));
   trim_disk_locked();
 }
 
-void KvTiers::write_remote(const WriteJob& job) {
-  const std::vector<uint8_t> record = format_.encode(job.hash, job.salt, job.payload.data());
+void KvTiers::write_remote(const WriteJob& job, const std::vector<uint8_t>& record) {
   const bool ok = remote_writer_->set_if_absent(remote_key(job.hash), record, opt_.remote_ttl_s);
   std::lock_guard<std::mutex> lock(mu_);
   if (!ok) return;  // counted by the store; sent again on a later publish
   ++counts_.remote_written;
-  if (remote_sent_.size() >= kMaxRemoteSent) remote_sent_.clear();
-  remote_sent_.insert(job.hash);
-  if (job.has_meta) emit(stored_event(job.meta, pages_.block_size(), "remote"));
+  remember_remote_locked(job.hash);
+  if (job.meta) emit(stored_event(*job.meta, pages_.block_size(), "remote"));
 }
 
 void KvTiers::trim_disk_locked() {
@@ -343,7 +335,7 @@ void KvTiers::trim_disk_locked() {
       if (it->second.used < oldest->second.used) oldest = it;
     std::error_code ec;
     fs::remove(file_of(oldest->first), ec);
-    if (oldest->second.has_ext) emit(removed_event(oldest->second.ext, "disk"));
+    if (oldest->second.ext) emit(removed_event(*oldest->second.ext, "disk"));
     disk_bytes_ -= oldest->second.bytes;
     disk_.erase(oldest);
   }

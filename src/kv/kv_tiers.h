@@ -87,21 +87,19 @@ class KvTiers : public BlockPool::Listener {
     Sha256Digest salt, checksum;
     std::vector<uint8_t> payload;
     std::list<BlockHash>::iterator lru;
-    bool has_meta = false;
-    BlockMeta meta;
+    std::optional<BlockMeta> meta;  // with events
   };
   struct WriteJob {  // a published block, for the disk, Redis, or both
     BlockHash hash;
     Sha256Digest salt;
     std::vector<uint8_t> payload;
-    bool to_disk = false, to_remote = false, has_meta = false;
-    BlockMeta meta;
+    bool to_disk = false, to_remote = false;
+    std::optional<BlockMeta> meta;  // with events
   };
   struct DiskEntry {
     size_t bytes;
     uint64_t used;  // LRU clock
-    bool has_ext = false;  // the external hash, for the removal event (unknown for an earlier run's files)
-    BlockHash ext{};
+    std::optional<BlockHash> ext;  // the external hash, for the removal event (unknown for an earlier run's files)
   };
 
   std::string file_of(const BlockHash& h) const;
@@ -110,8 +108,10 @@ class KvTiers : public BlockPool::Listener {
   bool fetch_remote(const BlockHash& h, const Sha256Digest& salt, uint8_t* out);
   void reject(KvReject r);
   void writer_loop();
-  void write_file(const WriteJob& job);
-  void write_remote(const WriteJob& job);
+  // Both take the job's block record (its header and payload), encoded once for the two.
+  void write_file(const WriteJob& job, const std::vector<uint8_t>& record);
+  void write_remote(const WriteJob& job, const std::vector<uint8_t>& record);
+  void remember_remote_locked(const BlockHash& h);  // in Redis: not sent again from here
   void trim_disk_locked();  // drops least recently used files past the capacity
   void emit(BlockEvent e) {
     if (events_) events_->emit(std::move(e));

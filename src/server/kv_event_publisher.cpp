@@ -146,66 +146,74 @@ KvEventStats KvEventPublisher::stats() const {
   return stats_;
 }
 
-void KvEventPublisher::run() {
+void KvEventPublisher::serve_replays() {
   Sockets& z = *z_;
+  for (;;) {  // every request waiting: the client's identity, its envelope (REQ's empty delimiter), the start seq
+    std::vector<zmq::message_t> frames;
+    zmq::message_t m;
+    while (z.replay.recv(m, zmq::recv_flags::dontwait)) {
+      frames.push_back(std::move(m));
+      if (!z.replay.get(zmq::sockopt::rcvmore)) break;
+    }
+    if (frames.empty()) return;
+    auto reply = [&](const std::string& seq, const std::string& payload) {
+      for (size_t i = 0; i + 1 < frames.size(); ++i)  // identity and envelope, echoed
+        z.replay.send(zmq::buffer(frames[i].data(), frames[i].size()), zmq::send_flags::sndmore);
+      z.replay.send(zmq::buffer(seq), zmq::send_flags::sndmore);
+      z.replay.send(zmq::buffer(payload), zmq::send_flags::none);
+    };
+    // A request whose last frame is not an 8-byte seq gets the end marker alone: a client that
+    // sent it waits for no batch that will never come.
+    if (frames.size() >= 2 && frames.back().size() == 8) {
+      const auto* p = static_cast<const uint8_t*>(frames.back().data());
+      uint64_t start = 0;
+      for (int i = 0; i < 8; ++i) start = (start << 8) | p[i];
+      for (const auto& [seq, payload] : z.buffer)
+        if (seq >= start) reply(be64(static_cast<int64_t>(seq)), payload);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.replays;
+    }
+    reply(be64(-1), "");
+  }
+}
+
+void KvEventPublisher::publish_queued() {
+  Sockets& z = *z_;
+  std::vector<BlockEvent> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(queue_);
+    queued_events_ = 0;
+  }
+  if (batch.empty()) return;
+  const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::string payload = encode_batch(batch, ts, opt_.dp_rank, opt_.hashes_as_int);
+  const uint64_t seq = z.next_seq++;
+  const std::string seq_bytes = be64(static_cast<int64_t>(seq));
+  z.pub.send(zmq::buffer(opt_.topic), zmq::send_flags::sndmore);
+  z.pub.send(zmq::buffer(seq_bytes), zmq::send_flags::sndmore);
+  z.pub.send(zmq::buffer(payload), zmq::send_flags::none);
+  z.buffer_bytes += payload.size();
+  z.buffer.emplace_back(seq, std::move(payload));
+  while (z.buffer.size() > opt_.replay_batches || z.buffer_bytes > kMaxReplayBytes) {
+    z.buffer_bytes -= z.buffer.front().second.size();
+    z.buffer.pop_front();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.batches;
+  stats_.events += static_cast<long>(batch.size());
+}
+
+void KvEventPublisher::run() {
   for (bool last_round = false;;) {
-    if (z.has_replay) {
-      zmq::pollitem_t item{z.replay.handle(), 0, ZMQ_POLLIN, 0};
+    if (z_->has_replay) {
+      zmq::pollitem_t item{z_->replay.handle(), 0, ZMQ_POLLIN, 0};
       zmq::poll(&item, 1, std::chrono::milliseconds(kPollMs));
-      // A request: the client's identity, its envelope (REQ's empty delimiter), the start seq.
-      while (item.revents & ZMQ_POLLIN) {
-        std::vector<zmq::message_t> frames;
-        zmq::message_t m;
-        do {
-          if (!z.replay.recv(m, zmq::recv_flags::dontwait)) break;
-          frames.push_back(std::move(m));
-        } while (z.replay.get(zmq::sockopt::rcvmore));
-        if (frames.size() >= 2 && frames.back().size() == 8) {
-          const auto* p = static_cast<const uint8_t*>(frames.back().data());
-          uint64_t start = 0;
-          for (int i = 0; i < 8; ++i) start = (start << 8) | p[i];
-          auto reply = [&](const std::string& seq, const std::string& payload) {
-            for (size_t i = 0; i + 1 < frames.size(); ++i)  // identity and envelope, echoed
-              z.replay.send(zmq::buffer(frames[i].data(), frames[i].size()), zmq::send_flags::sndmore);
-            z.replay.send(zmq::buffer(seq), zmq::send_flags::sndmore);
-            z.replay.send(zmq::buffer(payload), zmq::send_flags::none);
-          };
-          for (const auto& [seq, payload] : z.buffer)
-            if (seq >= start) reply(be64(static_cast<int64_t>(seq)), payload);
-          reply(be64(-1), "");
-          std::lock_guard<std::mutex> lock(mu_);
-          ++stats_.replays;
-        }
-        item.revents = 0;
-        zmq::poll(&item, 1, std::chrono::milliseconds(0));
-      }
+      if (item.revents & ZMQ_POLLIN) serve_replays();
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
     }
-    std::vector<BlockEvent> batch;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      batch.swap(queue_);
-      queued_events_ = 0;
-    }
-    if (!batch.empty()) {
-      const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      std::string payload = encode_batch(batch, ts, opt_.dp_rank, opt_.hashes_as_int);
-      const uint64_t seq = z.next_seq++;
-      const std::string seq_bytes = be64(static_cast<int64_t>(seq));
-      z.pub.send(zmq::buffer(opt_.topic), zmq::send_flags::sndmore);
-      z.pub.send(zmq::buffer(seq_bytes), zmq::send_flags::sndmore);
-      z.pub.send(zmq::buffer(payload), zmq::send_flags::none);
-      z.buffer_bytes += payload.size();
-      z.buffer.emplace_back(seq, std::move(payload));
-      while (z.buffer.size() > opt_.replay_batches || z.buffer_bytes > kMaxReplayBytes) {
-        z.buffer_bytes -= z.buffer.front().second.size();
-        z.buffer.pop_front();
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.batches;
-      stats_.events += static_cast<long>(batch.size());
-    }
+    publish_queued();
     if (last_round) return;
     if (stop_) last_round = true;  // one more round: what was queued before the stop goes out
   }

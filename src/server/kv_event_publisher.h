@@ -55,6 +55,8 @@ class KvEventPublisher : public BlockEventSink {
 
  private:
   void run();
+  void serve_replays();   // answers every replay request waiting
+  void publish_queued();  // sends what is queued as one batch, and keeps it for replay
 
   KvEventOptions opt_;
   struct Sockets;

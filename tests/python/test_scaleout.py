@@ -237,6 +237,13 @@ def test_events_are_vllm_batches_whose_hashes_an_indexer_reproduces(cluster):
                 if seq in sub.batches:
                     assert batch == sub.batches[seq]
             assert metric(server.base, "kvlm:kv_event_replays_total") >= 1
+            # A malformed request (no 8-byte seq) gets the end marker alone, not silence.
+            bad = sub.ctx.socket(zmq.DEALER)
+            bad.connect(sub.replay_endpoint)
+            bad.send_multipart([b"", b"not a seq"])
+            assert bad.poll(DEADLINE_S * 1000), "no answer to a malformed replay request"
+            assert bad.recv_multipart() == [b"", (-1).to_bytes(8, "big", signed=True), b""]
+            bad.close(0)
     finally:
         for s in subs.values():
             s.close()
