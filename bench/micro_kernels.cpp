@@ -3,14 +3,20 @@
 // Bytes/s counters count the weight bytes streamed, the figure decode speed depends on.
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/half.h"
 #include "kernels/attention.h"
+#include "kernels/attention_batch.h"
+#include "core/thread_pool.h"
 #include "kernels/dot.h"
 #include "kernels/linear.h"
 #include "kernels/qgemm.h"
+#include "kv/kv_cache.h"
+#include "model/synthetic.h"
 
 namespace {
 
@@ -115,6 +121,93 @@ void BM_attention_span(benchmark::State& s) {
 }
 BENCHMARK(BM_attention_span<false>);
 BENCHMARK(BM_attention_span<true>);
+
+// One decode step of one layer: TinyLlama's shape (32 query heads over 4 KV heads of 64) or, with
+// range(2) = 1, GPT-2's (12 heads of 64), over a contiguous cache of range(1) positions in the KV
+// type range(0) (0 f32, 1 bf16, 2 int8, 3 int4), 2 threads. Bytes/s counts the K and V bytes read.
+void BM_attention_decode(benchmark::State& s) {
+  const DType types[] = {DType::F32, DType::BF16, DType::Int8, DType::Int4};
+  const DType t = types[s.range(0)];
+  const bool gpt2 = s.range(2) == 1;
+  const int n_heads = gpt2 ? 12 : 32, n_kv = gpt2 ? 12 : 4, hd = 64, kv_dim = n_kv * hd, ctx = static_cast<int>(s.range(1));
+  KvRowCodec codec{t, kv_dim, hd};
+  // kvlm::Buffer, as the caches hold their rows: huge pages where the kernel gives them.
+  Buffer<float> kf, vf, kp, vp;
+  Buffer<uint8_t> kq, vq;
+  if (t == DType::F32) {
+    kf = randn(static_cast<size_t>(ctx) * kv_dim, 13);
+    vf = randn(static_cast<size_t>(ctx) * kv_dim, 14);
+  } else {
+    kq.resize(codec.data_bytes() * ctx), vq.resize(codec.data_bytes() * ctx);
+    kp.resize(static_cast<size_t>(codec.n_params()) * ctx + 1), vp.resize(static_cast<size_t>(codec.n_params()) * ctx + 1);
+    for (int p = 0; p < ctx; ++p) {
+      auto r = randn(kv_dim, 100 + p % 64);
+      codec.encode(r.data(), kq.data() + p * codec.data_bytes(), kp.data() + static_cast<size_t>(p) * codec.n_params());
+      codec.encode(r.data(), vq.data() + p * codec.data_bytes(), vp.data() + static_cast<size_t>(p) * codec.n_params());
+    }
+  }
+  auto q = randn(n_heads * hd, 15), kn = randn(kv_dim, 16), vn = randn(kv_dim, 17);
+  std::vector<float> out(n_heads * hd);
+  AttentionBatch b;
+  b.n_heads = n_heads, b.n_kv_heads = n_kv, b.head_dim = hd, b.scale = 0.125f;
+  b.q = q.data(), b.k = kn.data(), b.v = vn.data(), b.out = out.data();
+  b.add_seq(ctx, 1);
+  KvLayerView& kv = b.seqs[0].kv;
+  kv.ring_rows = ctx;
+  if (t == DType::F32) {
+    kv.k = kf.data(), kv.v = vf.data();
+  } else {
+    kv.codec = &codec, kv.kq = kq.data(), kv.vq = vq.data(), kv.kp = kp.data(), kv.vp = vp.data();
+  }
+  ThreadPool pool(2);
+  // A decode step streams the weights between two visits of a layer's KV: 64 MB (twice the L3
+  // here) are written before each timed step, so the KV comes from memory as it does there.
+  std::vector<uint8_t> evict(384u << 20);
+  for (auto _ : s) {
+    s.PauseTiming();
+    for (size_t o = 0; o < evict.size(); o += 64) evict[o] += 1;  // plain stores (memset streams past the cache)
+    benchmark::ClobberMemory();
+    s.ResumeTiming();
+    attention_batch(b, pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  s.SetBytesProcessed(static_cast<int64_t>(s.iterations() * 2 * static_cast<size_t>(ctx) * codec.bytes()));
+  s.SetLabel(std::string(gpt2 ? "gpt2 " : "tinyllama ") + dtype_name(t));
+}
+BENCHMARK(BM_attention_decode)->ArgsProduct({{0, 1, 2, 3}, {1024, 16384}, {0}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_attention_decode)->ArgsProduct({{0, 1, 2, 3}, {896}, {1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The same step through ContiguousKvCache, as `kvlm bench --decode-at` runs it: 22 layers of
+// TinyLlama at range(1) positions in KV type range(0), each layer's attention in turn.
+void BM_attention_decode_cache(benchmark::State& s) {
+  const DType types[] = {DType::F32, DType::BF16, DType::Int8, DType::Int4};
+  const DType t = types[s.range(0)];
+  const int ctx = static_cast<int>(s.range(1));
+  ModelConfig cfg = llama_shape(22, 2048, 5632, 32, 4, 64, 32000, ctx + 8);
+  ContiguousKvCache cache(cfg, ctx + 1, t, 128);
+  auto r = randn(static_cast<size_t>(cfg.kv_dim()), 3);
+  for (int p = 0; p < ctx; ++p) {
+    cache.prepare(p, 1);
+    for (int l = 0; l < cfg.n_layers; ++l) cache.store(l, p, 1, r.data(), r.data());
+  }
+  cache.set_length(ctx);
+  auto q = randn(32 * 64, 15), kn = randn(256, 16), vn = randn(256, 17);
+  std::vector<float> out(32 * 64);
+  ThreadPool pool(2);
+  for (auto _ : s) {
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      AttentionBatch b;
+      b.n_heads = 32, b.n_kv_heads = 4, b.head_dim = 64, b.scale = 0.125f;
+      b.q = q.data(), b.k = kn.data(), b.v = vn.data(), b.out = out.data();
+      b.add_seq(ctx, 1);
+      b.seqs[0].kv = cache.view(l);
+      attention_batch(b, pool);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  s.SetLabel(std::string("22 layers ") + dtype_name(t));
+}
+BENCHMARK(BM_attention_decode_cache)->ArgsProduct({{0, 2}, {16384}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

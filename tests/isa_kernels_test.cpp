@@ -9,7 +9,10 @@
 
 #include "core/cpu.h"
 #include "core/half.h"
+#include "kernels/attention.h"
+#include "kernels/attention_int.h"
 #include "kernels/dtype.h"
+#include "kernels/kv_quant.h"
 #include "kernels/q6k.h"
 #include "kernels/linear.h"
 #include "kernels/qgemm.h"
@@ -58,6 +61,101 @@ std::vector<uint8_t> random_q6k(int rows, int in, uint64_t seed) {
     std::memcpy(&v[o + 208], &d, 2);
   }
   return v;
+}
+
+// n rows of kv_dim random values encoded by the codec, the data shifted by `off` bytes (misaligned).
+struct EncodedKv {
+  KvRowCodec c;
+  std::vector<uint8_t> raw;
+  std::vector<float> params;
+  int off;
+  EncodedKv(DType t, int kv_dim, int hd, int n, int off_, uint64_t seed)
+      : c{t, kv_dim, hd}, raw(c.data_bytes() * n + off_), params(static_cast<size_t>(c.n_params()) * n + 1), off(off_) {
+    auto x = randn(static_cast<size_t>(kv_dim) * n, seed);
+    for (int j = 0; j < n; ++j)
+      c.encode(x.data() + static_cast<size_t>(j) * kv_dim, raw.data() + off + j * c.data_bytes(), params.data() + j * c.n_params());
+  }
+  EncodedRows head(int h) const { return {&c, raw.data() + off, params.data(), h}; }
+  std::vector<float> decoded(int h, int n) const {
+    std::vector<float> out(static_cast<size_t>(n) * c.head_dim);
+    c.decode_rows(raw.data() + off, params.data(), h, n, out.data());
+    return out;
+  }
+};
+
+TEST(IsaKernels, EncodedKvReadInRegistersMatchesDecodingFirstBitForBit) {
+  for_each_simd_isa([] {
+    for (DType t : {DType::BF16, DType::Int8, DType::Int4})
+      for (int hd : {8, 16, 24, 32, 64, 128}) {
+        if (t == DType::Int4 && hd % 32 != 0) continue;
+        for (int g : {1, 2, 4, 5, 8})
+          for (int off : {0, 3}) {
+            const int kvh = 3, n = 37, h = 1;
+            EncodedKv kv(t, kvh * hd, hd, n, off, hd * 31 + g);
+            auto q = randn(static_cast<size_t>(g) * hd, 5), dk = kv.decoded(h, n);
+            std::vector<float> got(g * n), want(g * n);
+            if (!attn_scores_encoded(q.data(), g, hd, 0.2f, kv.head(h), n, got.data(), n)) continue;  // no path: decoded
+            attn_scores(q.data(), g, hd, 0.2f, dk.data(), hd, n, want.data(), n);
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << dtype_name(t) << " hd " << hd << " g " << g;
+            auto p = randn(static_cast<size_t>(g) * n, 6);
+            std::vector<float> m(g), l(g), acc1(g * hd, 0.5f), acc2(g * hd, 0.5f);
+            AttnState s1{g, hd, m.data(), l.data(), acc1.data()}, s2{g, hd, m.data(), l.data(), acc2.data()};
+            ASSERT_TRUE(attn_accumulate_encoded(s1, p.data(), n, kv.head(h), n));
+            attn_accumulate(s2, p.data(), n, dk.data(), hd, n);
+            ASSERT_EQ(std::memcmp(acc1.data(), acc2.data(), acc1.size() * 4), 0) << dtype_name(t) << " hd " << hd << " g " << g;
+          }
+      }
+  });
+}
+
+// Integer scores against f32 scores of the decoded keys: only the query's rounding to int8
+// differs, by at most half a step per element, so |error| <= qs / 2 * sum |k| (plus float rounding).
+void expect_within_query_rounding(const QuantQuery& qq, const EncodedKv& kv, int h, const std::vector<float>& q, int n,
+                                  const std::vector<float>& got) {
+  const int g = qq.g, hd = qq.hd;
+  auto dk = kv.decoded(h, n);
+  for (int i = 0; i < g; ++i)
+    for (int j = 0; j < n; ++j) {
+      double exact = 0, abs_k = 0;
+      for (int d = 0; d < hd; ++d) exact += double(q[i * hd + d]) * dk[j * hd + d], abs_k += std::fabs(dk[j * hd + d]);
+      double amax = 0;
+      for (int d = 0; d < hd; ++d) amax = std::max(amax, double(std::fabs(q[i * hd + d])));
+      const double scale = double(qq.qs[i]) / (amax / 127.0);  // the attention scale
+      const double bound = 0.5 * qq.qs[i] * abs_k * 1.0001 + 1e-5 * std::fabs(exact * scale) + 1e-6;
+      ASSERT_LE(std::fabs(got[i * n + j] - exact * scale), bound) << dtype_name(kv.c.dtype) << " head " << i << " key " << j;
+    }
+}
+
+TEST(IsaKernels, IntegerScoresMatchScalarTwinBitForBitAndTheDecodedKeys) {
+  for_each_simd_isa([] {
+    for (DType t : {DType::Int8, DType::Int4})
+      for (int hd : {32, 64, 128, 256})
+        for (int g : {4, 7, 8, 12})
+          for (int n : {1, 9, 40})
+            for (int off : {0, 5}) {
+              const int kvh = 2, h = 1;
+              EncodedKv kv(t, kvh * hd, hd, n, off, hd + g + n);
+              ASSERT_TRUE(integer_scores(kv.c, g));
+              auto q = randn(static_cast<size_t>(g) * hd, 9 + g);
+              QuantQuery qq;
+              qq.prepare(t, q.data(), g, hd, 0.125f);
+              std::vector<float> got(g * n), twin(g * n);
+              attn_scores_quantized(qq, kv.head(h), n, got.data(), n);
+              scalar::attn_scores_quantized(qq, kv.head(h), n, twin.data(), n);
+              ASSERT_EQ(std::memcmp(got.data(), twin.data(), got.size() * 4), 0) << dtype_name(t) << " hd " << hd << " g " << g;
+              expect_within_query_rounding(qq, kv, h, q, n, got);
+            }
+  });
+  // The scalar twin itself, on any CPU.
+  for (DType t : {DType::Int8, DType::Int4}) {
+    EncodedKv kv(t, 128, 64, 20, 1, 3);
+    auto q = randn(8 * 64, 4);
+    QuantQuery qq;
+    qq.prepare(t, q.data(), 8, 64, 1.0f);
+    std::vector<float> twin(8 * 20);
+    scalar::attn_scores_quantized(qq, kv.head(1), 20, twin.data(), 20);
+    expect_within_query_rounding(qq, kv, 1, q, 20, twin);
+  }
 }
 
 TEST(IsaKernels, Q6kRowDotMatchesScalarTwinAndDequantizedValues) {

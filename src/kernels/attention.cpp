@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace kvlm {
@@ -26,9 +27,58 @@ namespace {
 // prefetcher followed poorly (at 16K positions the first load of each key took 80% of the score
 // time). Rows kAhead keys ahead are asked for explicitly.
 constexpr int kAhead = 8;
-inline void prefetch_row(const float* p, int hd) {
-  for (int d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(p + d), _MM_HINT_T0);
+inline void prefetch_bytes(const void* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
 }
+
+// Row readers: load8(j, d) is elements d..d+7 of row j as f32. Encoded rows are widened in
+// registers with the arithmetic of the codec's decoder (kv_quant.cpp: exact for bf16, one multiply
+// for int8, one fused multiply-add for int4), so every score and value sum is bit-identical to
+// decoding the rows first, without the f32 copy (which cost as much as the arithmetic).
+struct F32Rows {
+  const float* p;
+  size_t stride;
+  __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const { return _mm256_loadu_ps(p + j * stride + d); }
+  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * sizeof(float)); }
+};
+struct Bf16Rows {
+  const uint16_t* p;  // head h's first value of row 0
+  size_t stride;      // values per row
+  __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
+};
+struct Int8Rows {
+  const int8_t* p;  // head h's first value of row 0
+  size_t stride;    // bytes per row
+  const float* scale;  // head h's scale of row 0
+  size_t pstride;      // parameters per row
+  __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j * stride + d));
+    return _mm256_mul_ps(_mm256_set1_ps(scale[j * pstride]), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+  }
+  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd); }
+};
+struct Int4Rows {
+  const uint8_t* p;    // head h's first group of row 0: 16 bytes per 32 values, low nibble first
+  size_t stride;       // bytes per row
+  const float* prm;    // that group's scale and zero point of row 0
+  size_t pstride;      // parameters per row
+  __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const {
+    const int gi = d / 32, o = d % 32;
+    uint32_t w;
+    std::memcpy(&w, p + j * stride + gi * 16 + o / 2, 4);
+    const __m256i bytes = _mm256_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(w)));
+    const __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi32(0xF)), hi = _mm256_srli_epi32(bytes, 4);
+    const __m256i pick = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256i q = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(lo, pick), _mm256_permutevar8x32_epi32(hi, pick), 0xAA);
+    const float* sz = prm + j * pstride + 2 * gi;
+    return _mm256_fmadd_ps(_mm256_set1_ps(sz[0]), _mm256_cvtepi32_ps(q), _mm256_set1_ps(sz[1]));
+  }
+  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd / 2); }
+};
 
 __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int n) {
   int i = 0;
@@ -50,27 +100,29 @@ __attribute__((target("avx2,fma"))) inline __m128 reduce4(__m256 a0, __m256 a1, 
 
 // One dot product with reduce4's summation tree, so a key's score does not depend on whether it
 // was computed in a batch of four (runs of the cache split batches differently by layout).
-__attribute__((target("avx2,fma"))) inline float dot_tree(const float* a, const float* b, int hd) {
+template <class Rows>
+__attribute__((target("avx2,fma"))) inline float dot_tree(const float* a, const Rows& b, int j, int hd) {
   __m256 acc = _mm256_setzero_ps();
-  for (int d = 0; d < hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+  for (int d = 0; d < hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), b.load8(j, d), acc);
   const __m256 z = _mm256_setzero_ps();
   return _mm_cvtss_f32(reduce4(acc, z, z, z));
 }
 
-__attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int hd, float scale, const float* k,
-                                                      size_t stride, int n, float* s, size_t s_stride) {
+// hd % 8 == 0 here; f32 rows of other sizes go through scores_f32_any.
+template <class Rows>
+__attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int hd, float scale, const Rows& k, int n,
+                                                      float* s, size_t s_stride) {
   const __m128 sc = _mm_set1_ps(scale);
   alignas(16) float r[4];
-  if (hd % 8 == 0 && g >= 4) {  // GQA: four query heads of the group per key
+  if (g >= 4) {  // GQA: four query heads of the group per key
     for (int j = 0; j < n; ++j) {
-      const float* kj = k + j * stride;
-      prefetch_row(kj + kAhead * stride, hd);
+      k.prefetch(j + kAhead, hd);
       int i = 0;
       for (; i + 4 <= g; i += 4) {
         const float* q0 = q + static_cast<size_t>(i) * hd;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int d = 0; d < hd; d += 8) {
-          const __m256 kv = _mm256_loadu_ps(kj + d);
+          const __m256 kv = k.load8(j, d);
           a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), kv, a0);
           a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + hd + d), kv, a1);
           a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * hd + d), kv, a2);
@@ -79,70 +131,121 @@ __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int 
         _mm_store_ps(r, _mm_mul_ps(reduce4(a0, a1, a2, a3), sc));
         for (int x = 0; x < 4; ++x) s[(i + x) * s_stride + j] = r[x];
       }
-      for (; i < g; ++i) s[i * s_stride + j] = dot_tree(q + static_cast<size_t>(i) * hd, kj, hd) * scale;
+      for (; i < g; ++i) s[i * s_stride + j] = dot_tree(q + static_cast<size_t>(i) * hd, k, j, hd) * scale;
     }
     return;
   }
   for (int i = 0; i < g; ++i) {  // few heads: four keys per query head
     const float* qi = q + static_cast<size_t>(i) * hd;
     int j = 0;
-    for (; hd % 8 == 0 && j + 4 <= n; j += 4) {
-      const float* k0 = k + j * stride;
+    for (; j + 4 <= n; j += 4) {
       if (i == 0)
-        for (int x = 0; x < 4; ++x) prefetch_row(k0 + (kAhead + x) * stride, hd);
+        for (int x = 0; x < 4; ++x) k.prefetch(j + kAhead + x, hd);
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (int d = 0; d < hd; d += 8) {
         const __m256 qv = _mm256_loadu_ps(qi + d);
-        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
-        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + stride + d), a1);
-        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 2 * stride + d), a2);
-        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 3 * stride + d), a3);
+        a0 = _mm256_fmadd_ps(qv, k.load8(j, d), a0);
+        a1 = _mm256_fmadd_ps(qv, k.load8(j + 1, d), a1);
+        a2 = _mm256_fmadd_ps(qv, k.load8(j + 2, d), a2);
+        a3 = _mm256_fmadd_ps(qv, k.load8(j + 3, d), a3);
       }
       _mm_storeu_ps(s + i * s_stride + j, _mm_mul_ps(reduce4(a0, a1, a2, a3), sc));
     }
-    for (; j < n; ++j)
-      s[i * s_stride + j] = (hd % 8 == 0 ? dot_tree(qi, k + j * stride, hd) : dot_avx2(qi, k + j * stride, hd)) * scale;
+    for (; j < n; ++j) s[i * s_stride + j] = dot_tree(qi, k, j, hd) * scale;
   }
+}
+
+// f32 rows whose head size is not a multiple of 8.
+__attribute__((target("avx2,fma"))) void scores_f32_any(const float* q, int g, int hd, float scale, const float* k,
+                                                         size_t stride, int n, float* s, size_t s_stride) {
+  for (int i = 0; i < g; ++i)
+    for (int j = 0; j < n; ++j) s[i * s_stride + j] = dot_avx2(q + static_cast<size_t>(i) * hd, k + j * stride, hd) * scale;
 }
 
 // A head's accumulator (C slices of 8) stays in registers across the span's keys, and each
 // value row is read once per head. Per element the keys are summed in order, as the twin does.
-template <int C, bool Prefetch = false>
-__attribute__((target("avx2,fma"))) void accumulate_regs(float* acc, const float* p, const float* v, size_t stride, int n) {
+// Elements [d0, d0 + 8C) of the values.
+template <int C, bool Prefetch, class Rows>
+__attribute__((target("avx2,fma"))) void accumulate_regs(float* acc, const float* p, const Rows& v, int d0, int hd, int n) {
   __m256 a[C];
   for (int c = 0; c < C; ++c) a[c] = _mm256_loadu_ps(acc + 8 * c);
   for (int j = 0; j < n; ++j) {
     const __m256 w = _mm256_set1_ps(p[j]);
-    const float* vj = v + j * stride;
-    if (Prefetch) prefetch_row(vj + kAhead * stride, 8 * C);
-    for (int c = 0; c < C; ++c) a[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * c), a[c]);
+    if (Prefetch) v.prefetch(j + kAhead, hd);
+    for (int c = 0; c < C; ++c) a[c] = _mm256_fmadd_ps(w, v.load8(j, d0 + 8 * c), a[c]);
   }
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
 }
 
-__attribute__((target("avx2,fma"))) void accumulate_avx2(AttnState& st, const float* p, size_t p_stride, const float* v,
-                                                          size_t stride, int n) {
+// With AVX-512, H = 16 / C heads of C zmm each (4 heads of 64, 2 of 128) share each value row's
+// loads: a GQA group reads its rows once per H heads instead of once per head. Per element it is
+// the same fused multiply-add in the same key order as accumulate_regs: bit-identical results.
+template <int C>
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl"))) void accumulate_heads_avx512(
+    float* acc, const float* p, size_t p_stride, const float* v, size_t stride, int n) {
+  constexpr int H = 16 / C;
+  __m512 a[H][C];
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < C; ++c) a[h][c] = _mm512_loadu_ps(acc + h * 16 * C + 16 * c);
+  for (int j = 0; j < n; ++j) {
+    const float* vj = v + j * stride;
+    prefetch_bytes(vj + kAhead * stride, 64 * C);
+    __m512 vv[C];
+    for (int c = 0; c < C; ++c) vv[c] = _mm512_loadu_ps(vj + 16 * c);
+    for (int h = 0; h < H; ++h) {
+      const __m512 w = _mm512_set1_ps(p[h * p_stride + j]);
+      for (int c = 0; c < C; ++c) a[h][c] = _mm512_fmadd_ps(w, vv[c], a[h][c]);
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc + h * 16 * C + 16 * c, a[h][c]);
+}
+
+// Elements [0, hd - hd % 8) of heads [first, g); the caller adds the rest.
+template <class Rows>
+__attribute__((target("avx2,fma"))) void accumulate_avx2(AttnState& st, const float* p, size_t p_stride, const Rows& v, int n,
+                                                          int first = 0) {
   const int hd = st.hd;
-  for (int i = 0; i < st.g; ++i) {
+  for (int i = first; i < st.g; ++i) {
     float* acc = st.acc + static_cast<size_t>(i) * hd;
     const float* pi = p + i * p_stride;
     switch (hd) {  // the common head sizes; the first head's pass brings the rows in
       case 64:
-        i == 0 ? accumulate_regs<8, true>(acc, pi, v, stride, n) : accumulate_regs<8>(acc, pi, v, stride, n);
+        i == 0 ? accumulate_regs<8, true>(acc, pi, v, 0, hd, n) : accumulate_regs<8, false>(acc, pi, v, 0, hd, n);
         continue;
       case 128:
-        i == 0 ? accumulate_regs<16, true>(acc, pi, v, stride, n) : accumulate_regs<16>(acc, pi, v, stride, n);
+        i == 0 ? accumulate_regs<16, true>(acc, pi, v, 0, hd, n) : accumulate_regs<16, false>(acc, pi, v, 0, hd, n);
         continue;
-      case 32: accumulate_regs<4>(acc, pi, v, stride, n); continue;
-      case 16: accumulate_regs<2>(acc, pi, v, stride, n); continue;
-      case 8: accumulate_regs<1>(acc, pi, v, stride, n); continue;
+      case 32: accumulate_regs<4, false>(acc, pi, v, 0, hd, n); continue;
+      case 16: accumulate_regs<2, false>(acc, pi, v, 0, hd, n); continue;
+      case 8: accumulate_regs<1, false>(acc, pi, v, 0, hd, n); continue;
       default: break;
     }
-    int d = 0;
-    for (; d + 8 <= hd; d += 8) accumulate_regs<1>(acc + d, pi, v + d, stride, n);
-    for (; d < hd; ++d)
-      for (int j = 0; j < n; ++j) acc[d] += pi[j] * v[j * stride + d];
+    for (int d = 0; d + 8 <= hd; d += 8) accumulate_regs<1, false>(acc + d, pi, v, d, hd, n);
   }
+}
+
+// The span's max and sum, 8 lanes at a time: a serial sum of 128 scores was a chain of 128 dependent
+// adds, a fifth of a long-context step. The lanes are summed in a fixed order.
+__attribute__((target("avx2,fma"))) float max_avx2(const float* s, int n) {
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int j = 0;
+  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
+  alignas(32) float t[8];
+  _mm256_store_ps(t, m);
+  float r = t[0];
+  for (int x = 1; x < 8; ++x) r = std::max(r, t[x]);
+  for (; j < n; ++j) r = std::max(r, s[j]);
+  return r;
+}
+__attribute__((target("avx2,fma"))) float sum_avx2(const float* s, int n) {
+  __m256 a = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 8 <= n; j += 8) a = _mm256_add_ps(a, _mm256_loadu_ps(s + j));
+  const __m256 z = _mm256_setzero_ps();
+  float r = _mm_cvtss_f32(reduce4(a, z, z, z));
+  for (; j < n; ++j) r += s[j];
+  return r;
 }
 
 __attribute__((target("avx2,fma"))) void exp_minus_avx2(float* s, int n, float mx) {
@@ -179,32 +282,99 @@ void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float
 void attn_scores(const float* q, int g, int hd, float scale, const float* k, size_t stride, int n, float* s,
                  size_t s_stride) {
 #if KVLM_X86
-  if (isa_at_least(Isa::Avx2)) return scores_avx2(q, g, hd, scale, k, stride, n, s, s_stride);
+  if (isa_at_least(Isa::Avx2)) {
+    if (hd % 8 == 0) return scores_avx2(q, g, hd, scale, F32Rows{k, stride}, n, s, s_stride);
+    return scores_f32_any(q, g, hd, scale, k, stride, n, s, s_stride);
+  }
 #endif
   scalar::attn_scores(q, g, hd, scale, k, stride, n, s, s_stride);
 }
 
 void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n) {
 #if KVLM_X86
-  if (isa_at_least(Isa::Avx2)) return accumulate_avx2(st, p, p_stride, v, stride, n);
+  if (isa_at_least(Isa::Avx2)) {
+    int first = 0;  // heads done by the AVX-512 kernel
+    if (isa_at_least(Isa::Avx512) && (st.hd == 64 || st.hd == 128)) {
+      const int C = st.hd / 16, H = 16 / C;
+      for (; first + H <= st.g; first += H) {
+        float* acc = st.acc + static_cast<size_t>(first) * st.hd;
+        if (C == 4) accumulate_heads_avx512<4>(acc, p + first * p_stride, p_stride, v, stride, n);
+        else accumulate_heads_avx512<8>(acc, p + first * p_stride, p_stride, v, stride, n);
+      }
+    }
+    accumulate_avx2(st, p, p_stride, F32Rows{v, stride}, n, first);
+    for (int d = st.hd - st.hd % 8; d < st.hd; ++d)
+      for (int i = 0; i < st.g; ++i)
+        for (int j = 0; j < n; ++j) st.acc[static_cast<size_t>(i) * st.hd + d] += p[i * p_stride + j] * v[j * stride + d];
+    return;
+  }
 #endif
   scalar::attn_accumulate(st, p, p_stride, v, stride, n);
+}
+
+#if KVLM_X86
+namespace {
+// Calls fn(rows) with the reader of head h of the encoded rows; false where none fits (the head
+// size is not a multiple of 8, or of 32 for int4).
+template <class Fn>
+bool with_encoded_rows(const EncodedRows& r, Fn&& fn) {
+  const KvRowCodec& c = *r.codec;
+  const int hd = c.head_dim;
+  if (hd % 8 != 0 || !isa_at_least(Isa::Avx2)) return false;
+  const size_t db = c.data_bytes(), pn = static_cast<size_t>(c.n_params());
+  switch (c.dtype) {
+    case DType::BF16:
+      fn(Bf16Rows{reinterpret_cast<const uint16_t*>(r.data) + static_cast<size_t>(r.h) * hd, db / 2});
+      return true;
+    case DType::Int8:
+      fn(Int8Rows{reinterpret_cast<const int8_t*>(r.data) + static_cast<size_t>(r.h) * hd, db, r.params + r.h, pn});
+      return true;
+    case DType::Int4:
+      if (hd % 32 != 0) return false;
+      fn(Int4Rows{r.data + static_cast<size_t>(r.h) * hd / 2, db, r.params + 2 * (r.h * hd / 32), pn});
+      return true;
+    default: return false;
+  }
+}
+}  // namespace
+#endif
+
+bool attn_scores_encoded(const float* q, int g, int hd, float scale, const EncodedRows& k, int n, float* s,
+                         size_t s_stride) {
+#if KVLM_X86
+  return with_encoded_rows(k, [&](const auto& rows) { scores_avx2(q, g, hd, scale, rows, n, s, s_stride); });
+#else
+  (void)q, (void)g, (void)hd, (void)scale, (void)k, (void)n, (void)s, (void)s_stride;
+  return false;
+#endif
+}
+
+bool attn_accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const EncodedRows& v, int n) {
+#if KVLM_X86
+  return with_encoded_rows(v, [&](const auto& rows) { accumulate_avx2(st, p, p_stride, rows, n); });
+#else
+  (void)st, (void)p, (void)p_stride, (void)v, (void)n;
+  return false;
+#endif
 }
 
 void attn_update(AttnState& st, float* s, size_t s_stride, int n) {
   for (int i = 0; i < st.g; ++i) {
     float* si = s + i * s_stride;
-    float mx = st.m[i];
-    for (int j = 0; j < n; ++j) mx = std::max(mx, si[j]);
-    float corr = std::exp(st.m[i] - mx);  // exp(-inf) = 0 before the first span
+    float mx = st.m[i], sum = 0.0f;
 #if KVLM_X86
-    if (isa_at_least(Isa::Avx2))
+    if (isa_at_least(Isa::Avx2)) {
+      mx = std::max(mx, max_avx2(si, n));
       exp_minus_avx2(si, n, mx);
-    else
+      sum = sum_avx2(si, n);
+    } else
 #endif
+    {
+      for (int j = 0; j < n; ++j) mx = std::max(mx, si[j]);
       for (int j = 0; j < n; ++j) si[j] = std::exp(si[j] - mx);
-    float sum = 0.0f;
-    for (int j = 0; j < n; ++j) sum += si[j];
+      for (int j = 0; j < n; ++j) sum += si[j];
+    }
+    const float corr = std::exp(st.m[i] - mx);  // exp(-inf) = 0 before the first span
     st.l[i] = st.l[i] * corr + sum;
     if (corr != 1.0f) {
       float* acc = st.acc + static_cast<size_t>(i) * st.hd;

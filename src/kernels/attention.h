@@ -4,6 +4,9 @@
 // positions only, never on memory layout, so every cache layout gives bit-identical results.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+
+#include "kernels/kv_quant.h"
 
 namespace kvlm {
 
@@ -24,6 +27,21 @@ void attn_scores(const float* q, int g, int hd, float scale, const float* k, siz
 void attn_update(AttnState& st, float* s, size_t s_stride, int n);
 // acc[i] += sum_j p[i][j] * v[j] for n values (rows `stride` apart).
 void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n);
+// Head h of n rows encoded by a codec (bf16, int8, int4), as KV pages store them: data and params
+// at the run's first row, rows codec->data_bytes() and codec->n_params() apart.
+struct EncodedRows {
+  const KvRowCodec* codec;
+  const uint8_t* data;
+  const float* params;
+  int h;
+};
+// attn_scores and attn_accumulate on encoded rows, widened in registers: bit-identical to
+// decoding them (KvRowCodec::decode_rows) and calling the f32 kernels. False where there is no
+// such path (no SIMD, or a head size it does not cover): the caller decodes.
+bool attn_scores_encoded(const float* q, int g, int hd, float scale, const EncodedRows& k, int n, float* s,
+                         size_t s_stride);
+bool attn_accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const EncodedRows& v, int n);
+
 // out[i] = acc[i] / l[i], rows out_stride apart.
 void attn_finish(const AttnState& st, float* out, size_t out_stride);
 

@@ -5,16 +5,18 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/attention_int.h"
 
 namespace kvlm {
 
 namespace {
 
 // Calls fn(offset, rows, stride, count) for the memory runs of cached positions [from, to) of
-// KV head g: encoded rows are decoded into `deq` a run at a time.
-template <class Fn>
+// KV head g. Encoded rows go to enc(offset, rows, count) first, which reads them as stored; where
+// it cannot (it returns false) they are decoded into `deq` a run at a time for fn.
+template <class Fn, class Enc>
 void cached_runs(const KvLayerView& kv, int kv_dim, int hd, int g, int from, int to, bool values, float* deq,
-                 Fn&& fn) {
+                 Fn&& fn, Enc&& enc) {
   for (int j = from; j < to;) {
     int n;
     if (j >= kv.hot_from) {  // the f32 ring of the newest positions
@@ -40,8 +42,10 @@ void cached_runs(const KvLayerView& kv, int kv_dim, int hd, int g, int from, int
       const KvRowCodec& c = *kv.codec;
       const uint8_t* data = (values ? kv.vq : kv.kq) + r * c.data_bytes();
       const float* params = (values ? kv.vp : kv.kp) + r * c.n_params();
-      c.decode_rows(data, params, g, n, deq);
-      fn(j - from, deq, static_cast<size_t>(hd), n);
+      if (!enc(j - from, EncodedRows{&c, data, params, g}, n)) {
+        c.decode_rows(data, params, g, n, deq);
+        fn(j - from, deq, static_cast<size_t>(hd), n);
+      }
     } else {
       fn(j - from, (values ? kv.v : kv.k) + r * kv_dim + g * hd, static_cast<size_t>(kv_dim), n);
     }
@@ -70,6 +74,7 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
     std::vector<float> m(group), l(group), acc(static_cast<size_t>(group) * hd), s(static_cast<size_t>(group) * kSpan);
     std::vector<float> deq(static_cast<size_t>(kSpan) * hd);  // one span of an encoded head, decoded
     AttnState st{group, hd, m.data(), l.data(), acc.data()};
+    QuantQuery qq;  // the query quantized for integer scores against int8 / int4 keys
     for (size_t idx = begin; idx < end; ++idx) {
       // Causal rows grow in cost with position: pair the shortest with the longest so that the
       // pool's contiguous slices carry equal work (in order, one thread got 3/4 of a prefill).
@@ -81,24 +86,41 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
       const int p = r.pos, lo = b.window > 0 ? std::max(0, p - b.window + 1) : 0;
       const float* qg = b.q + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd;
       // Positions [from, to): cached ones from the view, then the sequence's own new rows.
-      auto for_runs = [&](int from, int to, bool values, auto&& fn) {
-        if (from < pos0) cached_runs(seq.kv, kv_dim, hd, g, from, std::min(pos0, to), values, deq.data(), fn);
+      auto for_runs = [&](int from, int to, bool values, auto&& fn, auto&& enc) {
+        if (from < pos0) cached_runs(seq.kv, kv_dim, hd, g, from, std::min(pos0, to), values, deq.data(), fn, enc);
         if (to > pos0) {
           const int j = std::max(from, pos0);
           const float* base = (values ? b.v : b.k) + static_cast<size_t>(row0 + j - pos0) * kv_dim;
           fn(j - from, base + g * hd, static_cast<size_t>(kv_dim), to - j);
         }
       };
+      const KvRowCodec* codec = lo < pos0 ? seq.kv.codec : nullptr;
+      const bool int_scores = codec && integer_scores(*codec, group);
+      if (int_scores) qq.prepare(codec->dtype, qg, group, hd, b.scale);
       st.reset();
       for (int j0 = lo; j0 <= p; j0 += kSpan) {
         const int j1 = std::min(p + 1, j0 + kSpan), n = j1 - j0;
-        for_runs(j0, j1, false, [&](int off, const float* kr, size_t stride, int cnt) {
-          attn_scores(qg, group, hd, b.scale, kr, stride, cnt, s.data() + off, kSpan);
-        });
+        for_runs(
+            j0, j1, false,
+            [&](int off, const float* kr, size_t stride, int cnt) {
+              attn_scores(qg, group, hd, b.scale, kr, stride, cnt, s.data() + off, kSpan);
+            },
+            [&](int off, const EncodedRows& kr, int cnt) {
+              if (!int_scores) return attn_scores_encoded(qg, group, hd, b.scale, kr, cnt, s.data() + off, kSpan);
+              attn_scores_quantized(qq, kr, cnt, s.data() + off, kSpan);
+              return true;
+            });
         attn_update(st, s.data(), kSpan, n);
-        for_runs(j0, j1, true, [&](int off, const float* vr, size_t stride, int cnt) {
-          attn_accumulate(st, s.data() + off, kSpan, vr, stride, cnt);
-        });
+        for_runs(
+            j0, j1, true,
+            [&](int off, const float* vr, size_t stride, int cnt) {
+              attn_accumulate(st, s.data() + off, kSpan, vr, stride, cnt);
+            },
+            [&](int off, const EncodedRows& vr, int cnt) {
+              // A group of many heads reads each value row once per head: decoding the run once
+              // is cheaper than widening it per head.
+              return group < 4 && attn_accumulate_encoded(st, s.data() + off, kSpan, vr, cnt);
+            });
       }
       attn_finish(st, b.out + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd, hd);
     }

@@ -1,0 +1,138 @@
+#include "kernels/attention_int.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "kernels/quantize.h"
+
+#if KVLM_X86
+#include <immintrin.h>
+#endif
+
+namespace kvlm {
+
+bool integer_scores(const KvRowCodec& c, int group) {
+  return (c.dtype == DType::Int8 || c.dtype == DType::Int4) && c.head_dim % 32 == 0 && c.head_dim <= 256 && group >= 4;
+}
+
+void QuantQuery::prepare(DType t, const float* q, int g_, int hd_, float scale) {
+  dtype = t, g = g_, hd = hd_;
+  const int padded = (g + 7) / 8 * 8;  // the SIMD kernels take heads eight at a time; the rest are zero
+  codes.assign(static_cast<size_t>(padded) * hd, 0);
+  qs.assign(padded, 0.0f);
+  sums.assign(static_cast<size_t>(padded) * groups(), 0);
+  std::vector<int8_t> row(hd);
+  for (int i = 0; i < g; ++i) {
+    float sq;
+    quantize_symmetric_i8(q + static_cast<size_t>(i) * hd, hd, hd, &sq, row.data());  // codes in [-127, 127]
+    qs[i] = sq * scale;
+    int8_t* out = codes.data() + static_cast<size_t>(i) * hd;
+    for (int gr = 0; gr < groups(); ++gr) {
+      const int w = dtype == DType::Int4 ? 32 : hd, at = gr * w;
+      int32_t sum = 0;
+      for (int x = 0; x < w; ++x) sum += row[at + x];
+      sums[static_cast<size_t>(i) * groups() + gr] = sum;
+      if (dtype == DType::Int4)  // the keys' bytes hold elements 2x (low nibble) and 2x+1 (high)
+        for (int x = 0; x < 16; ++x) out[at + x] = row[at + 2 * x], out[at + 16 + x] = row[at + 2 * x + 1];
+      else
+        std::memcpy(out, row.data(), hd);
+    }
+  }
+}
+
+namespace {
+
+// The float operations after the integer sums, shared by every ISA (lanes or one head at a time).
+inline float int8_score(int32_t dot, float sk, float qs) { return static_cast<float>(dot) * sk * qs; }
+inline float int4_term(int32_t dot, float s, float z, int32_t qsum) {
+  return std::fma(s, static_cast<float>(dot), z * static_cast<float>(qsum));
+}
+
+}  // namespace
+
+namespace scalar {
+void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, float* s, size_t s_stride) {
+  const KvRowCodec& c = *k.codec;
+  const int hd = q.hd, G = q.groups();
+  const size_t db = c.data_bytes(), pn = static_cast<size_t>(c.n_params());
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* row = k.data + j * db;
+    const float* prm = k.params + j * pn;
+    for (int i = 0; i < q.g; ++i) {
+      const int8_t* qi = q.codes.data() + static_cast<size_t>(i) * hd;
+      if (q.dtype == DType::Int8) {
+        const int8_t* kk = reinterpret_cast<const int8_t*>(row) + static_cast<size_t>(k.h) * hd;
+        int32_t dot = 0;
+        for (int d = 0; d < hd; ++d) dot += qi[d] * kk[d];
+        s[i * s_stride + j] = int8_score(dot, prm[k.h], q.qs[i]);
+        continue;
+      }
+      float acc = 0.0f;
+      for (int gr = 0; gr < G; ++gr) {
+        const int kg = k.h * G + gr;  // the group's index in the row
+        const uint8_t* b = row + kg * 16;
+        const int8_t* qg = qi + gr * 32;
+        int32_t dot = 0;
+        for (int x = 0; x < 16; ++x) dot += qg[x] * (b[x] & 0xF) + qg[16 + x] * (b[x] >> 4);
+        const float t = int4_term(dot, prm[2 * kg], prm[2 * kg + 1], q.sums[static_cast<size_t>(i) * G + gr]);
+        acc = gr == 0 ? t : acc + t;
+      }
+      s[i * s_stride + j] = acc * q.qs[i];
+    }
+  }
+}
+}  // namespace scalar
+
+#if KVLM_X86
+// One body, two targets (as qgemm.cpp): GCC takes a target pragma, clang an attribute pragma.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+namespace avx2 {
+#define KVLM_ATTN_VNNI 0
+#include "kernels/attention_int_simd.inc"
+#undef KVLM_ATTN_VNNI
+}  // namespace avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))), \
+                             apply_to = function)
+#else
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
+#endif
+namespace avx512 {
+#define KVLM_ATTN_VNNI 1
+#include "kernels/attention_int_simd.inc"
+#undef KVLM_ATTN_VNNI
+}  // namespace avx512
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif  // KVLM_X86
+
+void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, float* s, size_t s_stride) {
+  KVLM_CHECK(q.dtype == k.codec->dtype && q.hd == k.codec->head_dim && integer_scores(*k.codec, q.g),
+             "the query was not prepared for these keys");
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx512)) {
+    return q.dtype == DType::Int8 ? avx512::scores_int8(q, k, n, s, s_stride) : avx512::scores_int4(q, k, n, s, s_stride);
+  }
+  if (isa_at_least(Isa::Avx2)) {
+    return q.dtype == DType::Int8 ? avx2::scores_int8(q, k, n, s, s_stride)
+                                  : avx2::scores_int4(q, k, n, s, s_stride);
+  }
+#endif
+  scalar::attn_scores_quantized(q, k, n, s, s_stride);
+}
+
+}  // namespace kvlm
