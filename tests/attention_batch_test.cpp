@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -145,4 +146,47 @@ TEST(AttentionBatch, EncodedRowsWithAnF32RingReadAsTheirDecodedValues) {
   plain.k = dk.data();
   plain.v = dv.data();
   EXPECT_EQ(run(mixed, cached, fresh, 0, q, k, v), run(plain, cached, fresh, 0, q, k, v));
+}
+
+// Long contexts are cut into chunks of fixed logical positions, folded span by span and merged in
+// order: a decode row's chunks are spread over the threads, a prefill's rows are not. The result
+// of a row must not depend on how the work was cut: thread counts, decode or inside a prefill.
+TEST(AttentionBatch, LongContextRowsAreTheSameHoweverTheWorkIsCut) {
+  const int ctx = 2600, fresh = 4;  // three chunks of 1024 positions
+  const auto kk = randn(static_cast<size_t>(ctx + fresh) * kKvDim, 21), vv = randn(kk.size(), 22);
+  const auto q = randn(static_cast<size_t>(fresh) * kQDim, 23);
+  for (int window : {0, 1500}) {
+    KvLayerView flat;
+    flat.ring_rows = ctx + fresh;
+    flat.k = kk.data();
+    flat.v = vv.data();
+    // The prefill: positions ctx .. ctx + 3 as new rows over ctx cached ones.
+    const std::vector<float> nk(kk.begin() + static_cast<size_t>(ctx) * kKvDim, kk.end()), nv(vv.begin() + static_cast<size_t>(ctx) * kKvDim, vv.end());
+    const auto prefill = run(flat, ctx, fresh, window, q, nk, nv, 2);
+    // The last row alone as a decode step: ctx + 3 cached positions, one new row.
+    const std::vector<float> q1(q.end() - kQDim, q.end()), k1(nk.end() - kKvDim, nk.end()), v1(nv.end() - kKvDim, nv.end());
+    const std::vector<float> last(prefill.end() - kQDim, prefill.end());
+    for (int threads : {1, 2, 3}) {
+      EXPECT_EQ(run(flat, ctx + fresh - 1, 1, window, q1, k1, v1, threads), last) << "threads " << threads << " window " << window;
+    }
+    EXPECT_EQ(run(flat, ctx, fresh, window, q, nk, nv, 3), prefill) << "window " << window;
+    // And against a plain softmax in double.
+    const int p = ctx + fresh - 1, lo = window ? p - window + 1 : 0;
+    for (int h = 0; h < kHeads; ++h) {
+      const int g = h / (kHeads / kKvHeads);
+      std::vector<double> w(p + 1, 0.0);
+      double mx = -1e300, sum = 0;
+      for (int j = lo; j <= p; ++j) {
+        double d = 0;
+        for (int x = 0; x < kHd; ++x) d += double(q1[h * kHd + x]) * kk[static_cast<size_t>(j) * kKvDim + g * kHd + x];
+        mx = std::max(mx, w[j] = 0.17 * d);
+      }
+      for (int j = lo; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
+      for (int x = 0; x < kHd; ++x) {
+        double ref = 0;
+        for (int j = lo; j <= p; ++j) ref += w[j] / sum * vv[static_cast<size_t>(j) * kKvDim + g * kHd + x];
+        EXPECT_NEAR(last[h * kHd + x], ref, 1e-5) << "head " << h << " window " << window;
+      }
+    }
+  }
 }

@@ -1,6 +1,9 @@
 #include "kernels/attention_batch.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
+#include <utility>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -60,78 +63,241 @@ void AttentionBatch::add_seq(int context_len, int n_rows) {
   for (int t = 0; t < n_rows; ++t) rows.push_back({static_cast<int>(seqs.size()) - 1, context_len + t});
 }
 
+namespace {
+
+constexpr int kSpan = 128;            // keys per online-softmax update
+constexpr int kChunk = 8 * kSpan;     // positions whose spans fold into one state before merging
+
+// Merges state c (the next chunk of the same heads) into a: the softmax over both.
+void merge_state(AttnState& a, const AttnState& c) {
+  for (int i = 0; i < a.g; ++i) {
+    const float mx = std::max(a.m[i], c.m[i]);
+    const float fa = std::exp(a.m[i] - mx), fc = std::exp(c.m[i] - mx);
+    a.l[i] = a.l[i] * fa + c.l[i] * fc;
+    float* acc = a.acc + static_cast<size_t>(i) * a.hd;
+    const float* cacc = c.acc + static_cast<size_t>(i) * c.hd;
+    for (int d = 0; d < a.hd; ++d) acc[d] = acc[d] * fa + cacc[d] * fc;
+    a.m[i] = mx;
+  }
+}
+
+// States of `heads` KV heads' groups laid out in one buffer: m, l, then acc for each head.
+struct StateArray {
+  int group, hd;
+  float* base;
+  size_t per() const { return static_cast<size_t>(group) * (hd + 2); }
+  AttnState at(int h) const {
+    float* p = base + h * per();
+    return {group, hd, p, p + group, p + 2 * group};
+  }
+};
+
+class Attender {
+ public:
+  explicit Attender(const AttentionBatch& b)
+      : b_(b), hd_(b.head_dim), group_(b.n_heads / b.n_kv_heads), kv_dim_(b.n_kv_heads * b.head_dim) {}
+
+  int group() const { return group_; }
+  // Positions row t attends to: [lo, p].
+  std::pair<int, int> range(int t) const {
+    const int p = b_.rows[t].pos;
+    return {b_.window > 0 ? std::max(0, p - b_.window + 1) : 0, p};
+  }
+  int chunks(int t) const {
+    auto [lo, p] = range(t);
+    return (p - lo) / kChunk + 1;
+  }
+
+  struct Scratch {
+    std::vector<float> s, deq;
+    std::vector<QuantQuery> qq;  // per KV head
+  };
+  Scratch scratch() const {
+    Scratch w;
+    w.s.resize(static_cast<size_t>(group_) * kSpan);
+    w.deq.resize(static_cast<size_t>(kSpan) * hd_);
+    w.qq.resize(b_.n_kv_heads);
+    return w;
+  }
+
+  // Folds chunk c of row t into the reset states st[0 .. g1 - g0) of KV heads [g0, g1): span by
+  // span, the heads inside each span, so a span's rows are read while they are in cache.
+  void fold_chunk(Scratch& w, int t, int c, int g0, int g1, const StateArray& st) const {
+    const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
+    auto [lo, p] = range(t);
+    const int from = lo + c * kChunk, to = std::min(p + 1, from + kChunk);
+    const int pos0 = seq.context_len;
+    const KvRowCodec* codec = from < pos0 ? seq.kv.codec : nullptr;
+    const bool int_scores = codec && integer_scores(*codec, group_);
+    for (int g = g0; g < g1; ++g) {
+      AttnState a = st.at(g - g0);
+      a.reset();
+      if (int_scores) w.qq[g].prepare(codec->dtype, query(t, g), group_, hd_, b_.scale);
+    }
+    prefetch_cached(seq, from, std::min(to, from + kSpan), g0, g1);
+    for (int j0 = from; j0 < to; j0 += kSpan) {
+      const int j1 = std::min(to, j0 + kSpan);
+      prefetch_cached(seq, j1, std::min(to, j1 + kSpan), g0, g1);  // the next span, while this one runs
+      for (int g = g0; g < g1; ++g) {
+        AttnState a = st.at(g - g0);
+        span(w, t, g, j0, j1, int_scores, a);
+      }
+    }
+  }
+
+  void finish(int t, int g, const AttnState& st) const {
+    attn_finish(st, b_.out + static_cast<size_t>(t) * b_.n_heads * hd_ + static_cast<size_t>(g) * group_ * hd_, hd_);
+  }
+
+ private:
+  const float* query(int t, int g) const {
+    return b_.q + static_cast<size_t>(t) * b_.n_heads * hd_ + static_cast<size_t>(g) * group_ * hd_;
+  }
+
+  // Asks for the cached K and V rows of positions [from, to), heads [g0, g1), before they are
+  // read: a head's slice of a row is one or a few cache lines, a whole row apart, and read one
+  // head at a time the rows came from memory at a fraction of its bandwidth.
+  void prefetch_cached(const AttentionSeq& seq, int from, int to, int g0, int g1) const {
+    const KvLayerView& kv = seq.kv;
+    to = std::min({to, seq.context_len, kv.hot_from});
+    const KvRowCodec* c = kv.codec;
+    const size_t row_bytes = c ? c->data_bytes() : kv_dim_ * sizeof(float);
+    const size_t head_bytes = row_bytes / b_.n_kv_heads, at = g0 * head_bytes, len = (g1 - g0) * head_bytes;
+    const size_t pn = c ? static_cast<size_t>(c->n_params()) : 0;
+    const uint8_t* kb = c ? kv.kq : reinterpret_cast<const uint8_t*>(kv.k);
+    const uint8_t* vb = c ? kv.vq : reinterpret_cast<const uint8_t*>(kv.v);
+    for (int j = from; j < to; ++j) {
+      size_t r;
+      if (kv.block_table) {
+        const int blk = kv.block_table[j / kv.block_size];
+        if (blk < 0) continue;
+        r = static_cast<size_t>(blk) * kv.block_size + j % kv.block_size;
+      } else {
+        r = static_cast<size_t>(j % kv.ring_rows);
+      }
+      for (size_t o = 0; o < len; o += 64) {
+        __builtin_prefetch(kb + r * row_bytes + at + o, 0, 2);  // to L2: a span is more than L1 holds
+        __builtin_prefetch(vb + r * row_bytes + at + o, 0, 2);
+      }
+      if (pn) {
+        __builtin_prefetch(kv.kp + r * pn, 0, 2);
+        __builtin_prefetch(kv.vp + r * pn, 0, 2);
+      }
+    }
+  }
+
+  // One span [j0, j1) of row t, KV head g: scores, the softmax update, the weighted values.
+  void span(Scratch& w, int t, int g, int j0, int j1, bool int_scores, AttnState& st) const {
+    const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
+    const int pos0 = seq.context_len, row0 = seq.first_row;  // the sequence's first new row is at pos0
+    const float* qg = query(t, g);
+    float* s = w.s.data();
+    // Positions [from, to): cached ones from the view, then the sequence's own new rows.
+    auto for_runs = [&](int from, int to, bool values, auto&& fn, auto&& enc) {
+      if (from < pos0) cached_runs(seq.kv, kv_dim_, hd_, g, from, std::min(pos0, to), values, w.deq.data(), fn, enc);
+      if (to > pos0) {
+        const int j = std::max(from, pos0);
+        const float* base = (values ? b_.v : b_.k) + static_cast<size_t>(row0 + j - pos0) * kv_dim_;
+        fn(j - from, base + g * hd_, static_cast<size_t>(kv_dim_), to - j);
+      }
+    };
+    for_runs(
+        j0, j1, false,
+        [&](int off, const float* kr, size_t stride, int cnt) {
+          attn_scores(qg, group_, hd_, b_.scale, kr, stride, cnt, s + off, kSpan);
+        },
+        [&](int off, const EncodedRows& kr, int cnt) {
+          if (!int_scores) return attn_scores_encoded(qg, group_, hd_, b_.scale, kr, cnt, s + off, kSpan);
+          attn_scores_quantized(w.qq[g], kr, cnt, s + off, kSpan);
+          return true;
+        });
+    attn_update(st, s, kSpan, j1 - j0);
+    for_runs(
+        j0, j1, true,
+        [&](int off, const float* vr, size_t stride, int cnt) { attn_accumulate(st, s + off, kSpan, vr, stride, cnt); },
+        [&](int off, const EncodedRows& vr, int cnt) {
+          // A group of many heads reads each value row once per head: decoding the run once
+          // is cheaper than widening it per head.
+          return group_ < 4 && attn_accumulate_encoded(st, s + off, kSpan, vr, cnt);
+        });
+  }
+
+  const AttentionBatch& b_;
+  const int hd_, group_, kv_dim_;
+};
+
+}  // namespace
+
 void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
-  const int hd = b.head_dim, group = b.n_heads / b.n_kv_heads;
-  const int kv_dim = b.n_kv_heads * hd, q_dim = b.n_heads * hd;
-  constexpr int kSpan = 128;  // keys per online-softmax update, at fixed logical positions
-  KVLM_CHECK(b.n_kv_heads > 0 && group * b.n_kv_heads == b.n_heads, "query heads must tile the KV heads");
-  const std::vector<AttentionRow>& rows = b.rows;
+  KVLM_CHECK(b.n_kv_heads > 0 && b.n_heads % b.n_kv_heads == 0, "query heads must tile the KV heads");
   size_t seq_rows = 0;
   for (const AttentionSeq& s : b.seqs) seq_rows += s.n_rows;
-  KVLM_CHECK(seq_rows == rows.size(), "the rows must be the sequences' rows (AttentionBatch::add_seq)");
-  const int n_rows = static_cast<int>(rows.size());
-  auto body = [&](size_t begin, size_t end) {
-    std::vector<float> m(group), l(group), acc(static_cast<size_t>(group) * hd), s(static_cast<size_t>(group) * kSpan);
-    std::vector<float> deq(static_cast<size_t>(kSpan) * hd);  // one span of an encoded head, decoded
-    AttnState st{group, hd, m.data(), l.data(), acc.data()};
-    QuantQuery qq;  // the query quantized for integer scores against int8 / int4 keys
-    for (size_t idx = begin; idx < end; ++idx) {
-      // Causal rows grow in cost with position: pair the shortest with the longest so that the
-      // pool's contiguous slices carry equal work (in order, one thread got 3/4 of a prefill).
-      const int slot = static_cast<int>(idx / b.n_kv_heads), g = static_cast<int>(idx % b.n_kv_heads);
-      const int t = slot % 2 == 0 ? slot / 2 : n_rows - 1 - slot / 2;
-      const AttentionRow& r = rows[t];
-      const AttentionSeq& seq = b.seqs[r.seq];
-      const int pos0 = seq.context_len, row0 = seq.first_row;  // the sequence's first new row is at pos0
-      const int p = r.pos, lo = b.window > 0 ? std::max(0, p - b.window + 1) : 0;
-      const float* qg = b.q + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd;
-      // Positions [from, to): cached ones from the view, then the sequence's own new rows.
-      auto for_runs = [&](int from, int to, bool values, auto&& fn, auto&& enc) {
-        if (from < pos0) cached_runs(seq.kv, kv_dim, hd, g, from, std::min(pos0, to), values, deq.data(), fn, enc);
-        if (to > pos0) {
-          const int j = std::max(from, pos0);
-          const float* base = (values ? b.v : b.k) + static_cast<size_t>(row0 + j - pos0) * kv_dim;
-          fn(j - from, base + g * hd, static_cast<size_t>(kv_dim), to - j);
-        }
-      };
-      const KvRowCodec* codec = lo < pos0 ? seq.kv.codec : nullptr;
-      const bool int_scores = codec && integer_scores(*codec, group);
-      if (int_scores) qq.prepare(codec->dtype, qg, group, hd, b.scale);
-      st.reset();
-      for (int j0 = lo; j0 <= p; j0 += kSpan) {
-        const int j1 = std::min(p + 1, j0 + kSpan), n = j1 - j0;
-        for_runs(
-            j0, j1, false,
-            [&](int off, const float* kr, size_t stride, int cnt) {
-              attn_scores(qg, group, hd, b.scale, kr, stride, cnt, s.data() + off, kSpan);
-            },
-            [&](int off, const EncodedRows& kr, int cnt) {
-              if (!int_scores) return attn_scores_encoded(qg, group, hd, b.scale, kr, cnt, s.data() + off, kSpan);
-              attn_scores_quantized(qq, kr, cnt, s.data() + off, kSpan);
-              return true;
-            });
-        attn_update(st, s.data(), kSpan, n);
-        for_runs(
-            j0, j1, true,
-            [&](int off, const float* vr, size_t stride, int cnt) {
-              attn_accumulate(st, s.data() + off, kSpan, vr, stride, cnt);
-            },
-            [&](int off, const EncodedRows& vr, int cnt) {
-              // A group of many heads reads each value row once per head: decoding the run once
-              // is cheaper than widening it per head.
-              return group < 4 && attn_accumulate_encoded(st, s.data() + off, kSpan, vr, cnt);
-            });
-      }
-      attn_finish(st, b.out + static_cast<size_t>(t) * q_dim + static_cast<size_t>(g) * group * hd, hd);
-    }
-  };
-  const size_t items = static_cast<size_t>(n_rows) * b.n_kv_heads;
+  KVLM_CHECK(seq_rows == b.rows.size(), "the rows must be the sequences' rows (AttentionBatch::add_seq)");
+  const Attender at(b);
+  const int n_rows = static_cast<int>(b.rows.size()), n_kv = b.n_kv_heads, group = at.group(), hd = b.head_dim;
+  const StateArray one{group, hd, nullptr};
   size_t work = 0;  // multiply-adds, roughly
-  for (const AttentionRow& r : rows) work += static_cast<size_t>(r.pos + 1) * hd * b.n_heads;
-  if (work < (1u << 15))
-    body(0, items);
-  else
-    pool.parallel_for(items, body);
+  int total_chunks = 0;
+  std::vector<int> chunk0(n_rows + 1, 0);  // row t's chunks are [chunk0[t], chunk0[t + 1])
+  for (int t = 0; t < n_rows; ++t) {
+    work += static_cast<size_t>(b.rows[t].pos + 1) * hd * b.n_heads;
+    chunk0[t + 1] = chunk0[t] + at.chunks(t);
+  }
+  total_chunks = chunk0[n_rows];
+  const int threads = work < (1u << 15) ? 1 : pool.size();
+  auto run = [&](size_t items, const std::function<void(size_t, size_t)>& fn) {
+    if (threads == 1) fn(0, items);
+    else pool.parallel_for(items, fn);
+  };
+
+  // Every row's result is the same arithmetic however the work is cut: its chunks (fixed logical
+  // positions) are folded span by span, then merged in order. Many rows: one item per row and KV
+  // head. Few (decode): the chunks themselves are spread over the threads, each reading whole
+  // rows of every KV head, and merged afterwards.
+  if (static_cast<size_t>(n_rows) * n_kv >= 4u * threads || total_chunks == n_rows) {
+    run(static_cast<size_t>(n_rows) * n_kv, [&](size_t begin, size_t end) {
+      Attender::Scratch w = at.scratch();
+      std::vector<float> buf(2 * one.per());
+      const StateArray total{group, hd, buf.data()}, next{group, hd, buf.data() + one.per()};
+      for (size_t idx = begin; idx < end; ++idx) {
+        // Causal rows grow in cost with position: pair the shortest with the longest so that the
+        // pool's contiguous slices carry equal work (in order, one thread got 3/4 of a prefill).
+        const int slot = static_cast<int>(idx / n_kv), g = static_cast<int>(idx % n_kv);
+        const int t = slot % 2 == 0 ? slot / 2 : n_rows - 1 - slot / 2;
+        AttnState tot = total.at(0);
+        at.fold_chunk(w, t, 0, g, g + 1, total);
+        for (int c = 1; c < at.chunks(t); ++c) {
+          at.fold_chunk(w, t, c, g, g + 1, next);
+          merge_state(tot, next.at(0));
+        }
+        at.finish(t, g, tot);
+      }
+    });
+    return;
+  }
+  // Heads are split too where the chunks alone leave threads idle (short contexts).
+  const int hsplit = std::min(n_kv, std::max(1, (2 * threads + total_chunks - 1) / total_chunks));
+  const int hper = (n_kv + hsplit - 1) / hsplit;
+  std::vector<float> parts(static_cast<size_t>(total_chunks) * n_kv * one.per());
+  auto states_of = [&](int chunk, int g0) { return StateArray{group, hd, parts.data() + (static_cast<size_t>(chunk) * n_kv + g0) * one.per()}; };
+  run(static_cast<size_t>(total_chunks) * hsplit, [&](size_t begin, size_t end) {
+    Attender::Scratch w = at.scratch();
+    for (size_t idx = begin; idx < end; ++idx) {
+      const int chunk = static_cast<int>(idx / hsplit), g0 = static_cast<int>(idx % hsplit) * hper;
+      const int g1 = std::min(n_kv, g0 + hper);
+      if (g0 >= g1) continue;
+      const int t = static_cast<int>(std::upper_bound(chunk0.begin(), chunk0.end(), chunk) - chunk0.begin()) - 1;
+      at.fold_chunk(w, t, chunk - chunk0[t], g0, g1, states_of(chunk, g0));
+    }
+  });
+  run(static_cast<size_t>(n_rows) * n_kv, [&](size_t begin, size_t end) {
+    for (size_t idx = begin; idx < end; ++idx) {
+      const int t = static_cast<int>(idx / n_kv), g = static_cast<int>(idx % n_kv);
+      AttnState tot = states_of(chunk0[t], g).at(0);
+      for (int c = chunk0[t] + 1; c < chunk0[t + 1]; ++c) merge_state(tot, states_of(c, g).at(0));
+      at.finish(t, g, tot);
+    }
+  });
 }
 
 }  // namespace kvlm
