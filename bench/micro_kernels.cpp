@@ -177,13 +177,16 @@ void BM_attention_decode(benchmark::State& s) {
 BENCHMARK(BM_attention_decode)->ArgsProduct({{0, 1, 2, 3}, {1024, 16384}, {0}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_attention_decode)->ArgsProduct({{0, 1, 2, 3}, {896}, {1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// The same step through ContiguousKvCache, as `kvlm bench --decode-at` runs it: 22 layers of
-// TinyLlama at range(1) positions in KV type range(0), each layer's attention in turn.
+// The same step through ContiguousKvCache, as `kvlm bench --decode-at` runs it, every layer's
+// attention in turn at range(1) positions in KV type range(0): TinyLlama's 22 layers (32 heads
+// over 4 KV heads of 64) or, with range(2) = 1, GPT-2's 12 layers of 12 heads of 64.
 void BM_attention_decode_cache(benchmark::State& s) {
   const DType types[] = {DType::F32, DType::BF16, DType::Int8, DType::Int4};
   const DType t = types[s.range(0)];
   const int ctx = static_cast<int>(s.range(1));
-  ModelConfig cfg = llama_shape(22, 2048, 5632, 32, 4, 64, 32000, ctx + 8);
+  const bool gpt2 = s.range(2) == 1;
+  const ModelConfig cfg = gpt2 ? llama_shape(12, 768, 3072, 12, 12, 64, 50257, ctx + 8)
+                               : llama_shape(22, 2048, 5632, 32, 4, 64, 32000, ctx + 8);
   ContiguousKvCache cache(cfg, ctx + 1, t, 128);
   auto r = randn(static_cast<size_t>(cfg.kv_dim()), 3);
   for (int p = 0; p < ctx; ++p) {
@@ -191,13 +194,14 @@ void BM_attention_decode_cache(benchmark::State& s) {
     for (int l = 0; l < cfg.n_layers; ++l) cache.store(l, p, 1, r.data(), r.data());
   }
   cache.set_length(ctx);
-  auto q = randn(32 * 64, 15), kn = randn(256, 16), vn = randn(256, 17);
-  std::vector<float> out(32 * 64);
+  const int q_dim = cfg.n_heads * cfg.head_dim;
+  auto q = randn(q_dim, 15), kn = randn(cfg.kv_dim(), 16), vn = randn(cfg.kv_dim(), 17);
+  std::vector<float> out(q_dim);
   ThreadPool pool(2);
   for (auto _ : s) {
     for (int l = 0; l < cfg.n_layers; ++l) {
       AttentionBatch b;
-      b.n_heads = 32, b.n_kv_heads = 4, b.head_dim = 64, b.scale = 0.125f;
+      b.n_heads = cfg.n_heads, b.n_kv_heads = cfg.n_kv_heads, b.head_dim = cfg.head_dim, b.scale = 0.125f;
       b.q = q.data(), b.k = kn.data(), b.v = vn.data(), b.out = out.data();
       b.add_seq(ctx, 1);
       b.seqs[0].kv = cache.view(l);
@@ -205,9 +209,10 @@ void BM_attention_decode_cache(benchmark::State& s) {
     }
     benchmark::DoNotOptimize(out.data());
   }
-  s.SetLabel(std::string("22 layers ") + dtype_name(t));
+  s.SetLabel(std::string(gpt2 ? "gpt2, 12 layers " : "tinyllama, 22 layers ") + dtype_name(t));
 }
-BENCHMARK(BM_attention_decode_cache)->ArgsProduct({{0, 2}, {16384}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_attention_decode_cache)->ArgsProduct({{0, 1, 2, 3}, {16384}, {0}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_attention_decode_cache)->ArgsProduct({{0, 1}, {960}, {1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -137,8 +137,10 @@ class Attender {
     prefetch_cached(seq, from, std::min(to, from + kSpan), g0, g1);
     for (int j0 = from; j0 < to; j0 += kSpan) {
       const int j1 = std::min(to, j0 + kSpan);
-      prefetch_cached(seq, j1, std::min(to, j1 + kSpan), g0, g1);  // the next span, while this one runs
       for (int g = g0; g < g1; ++g) {
+        // The next span's rows of this head, while this span runs: a span ahead of need, in
+        // bursts of one head (a burst of every head overflowed the miss queues).
+        prefetch_cached(seq, j1, std::min(to, j1 + kSpan), g, g + 1);
         AttnState a = st.at(g - g0);
         span(w, t, g, j0, j1, int_scores, a);
       }
@@ -251,31 +253,38 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
   };
 
   // Every row's result is the same arithmetic however the work is cut: its chunks (fixed logical
-  // positions) are folded span by span, then merged in order. Many rows: one item per row and KV
-  // head. Few (decode): the chunks themselves are spread over the threads, each reading whole
-  // rows of every KV head, and merged afterwards.
-  if (static_cast<size_t>(n_rows) * n_kv >= 4u * threads || total_chunks == n_rows) {
-    run(static_cast<size_t>(n_rows) * n_kv, [&](size_t begin, size_t end) {
+  // positions) are folded span by span, then merged in order. Each item takes several KV heads,
+  // span by span, so the rows it reads are contiguous runs of heads rather than one head's slice
+  // a whole row apart. Many rows, or short contexts: items are rows (times groups of heads, so
+  // every thread has one); a few long rows (decode): their chunks are spread over the threads,
+  // and merged afterwards.
+  if (n_rows >= 2 * threads || total_chunks == n_rows) {
+    const int hgroups = std::clamp((threads + n_rows - 1) / n_rows, 1, n_kv), hg = (n_kv + hgroups - 1) / hgroups;
+    run(static_cast<size_t>(n_rows) * hgroups, [&](size_t begin, size_t end) {
       Attender::Scratch w = at.scratch();
-      std::vector<float> buf(2 * one.per());
-      const StateArray total{group, hd, buf.data()}, next{group, hd, buf.data() + one.per()};
+      std::vector<float> buf(2 * hg * one.per());
+      const StateArray total{group, hd, buf.data()}, next{group, hd, buf.data() + hg * one.per()};
       for (size_t idx = begin; idx < end; ++idx) {
         // Causal rows grow in cost with position: pair the shortest with the longest so that the
         // pool's contiguous slices carry equal work (in order, one thread got 3/4 of a prefill).
-        const int slot = static_cast<int>(idx / n_kv), g = static_cast<int>(idx % n_kv);
+        const int slot = static_cast<int>(idx / hgroups), g0 = static_cast<int>(idx % hgroups) * hg;
+        const int g1 = std::min(n_kv, g0 + hg);
+        if (g0 >= g1) continue;
         const int t = slot % 2 == 0 ? slot / 2 : n_rows - 1 - slot / 2;
-        AttnState tot = total.at(0);
-        at.fold_chunk(w, t, 0, g, g + 1, total);
+        at.fold_chunk(w, t, 0, g0, g1, total);
         for (int c = 1; c < at.chunks(t); ++c) {
-          at.fold_chunk(w, t, c, g, g + 1, next);
-          merge_state(tot, next.at(0));
+          at.fold_chunk(w, t, c, g0, g1, next);
+          for (int g = g0; g < g1; ++g) {
+            AttnState tot = total.at(g - g0);
+            merge_state(tot, next.at(g - g0));
+          }
         }
-        at.finish(t, g, tot);
+        for (int g = g0; g < g1; ++g) at.finish(t, g, total.at(g - g0));
       }
     });
     return;
   }
-  // Heads are split too where the chunks alone leave threads idle (short contexts).
+  // Heads are split too where the chunks alone leave threads idle.
   const int hsplit = std::min(n_kv, std::max(1, (2 * threads + total_chunks - 1) / total_chunks));
   const int hper = (n_kv + hsplit - 1) / hsplit;
   std::vector<float> parts(static_cast<size_t>(total_chunks) * n_kv * one.per());

@@ -93,11 +93,65 @@ __attribute__((target("avx2,fma,f16c"))) float q6k_avx2(const uint8_t* row, cons
   _mm256_store_ps(lane, acc);
   return sum_8_lanes(lane);
 }
+
+// AVX-512 VNNI: a block's 256 values unpacked 64 at a time, vpdpbusd for q * x and 32 * x (four
+// products per int32 lane, the same integers as the AVX2 pairs), the scales multiplied in int32.
+// The 16 lanes hold two activation blocks; they are folded into the 8 float lanes one block after
+// the other, as the scalar twin sums them, so the result is bit-identical.
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through their masked builtins, which
+// -Wmaybe-uninitialized reports once inlined here; nothing is read uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))) float q6k_avx512(
+    const uint8_t* row, const QuantizedActs& a, int t) {
+  const int8_t* xq = a.q.data() + static_cast<size_t>(t) * a.in;
+  const float* xd = a.d.data() + static_cast<size_t>(t) * a.nb;
+  const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3), k32 = _mm512_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int sb = 0; sb < a.in / kQ6kBlock; ++sb) {
+    const uint8_t* b = row + static_cast<size_t>(sb) * kQ6kBlockBytes;
+    const __m512i scales = _mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+    const float d = f16_at(b + 208);
+    for (int n = 0; n < 2; ++n) {
+      const __m512i ql = _mm512_loadu_si512(b + 64 * n);
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * n));
+      // qh's bit pairs for values 0..63 of this half (bits 0-1, then 2-3) and 64..127 (4-5, 6-7)
+      const __m512i hb = _mm512_broadcast_i64x4(h);
+      const __m512i h01 = _mm512_mask_blend_epi64(0xF0, hb, _mm512_srli_epi16(hb, 2));
+      const __m512i h23 = _mm512_mask_blend_epi64(0xF0, _mm512_srli_epi16(hb, 4), _mm512_srli_epi16(hb, 6));
+      const __m512i q[2] = {
+          _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(h01, m2), 4)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_slli_epi16(_mm512_and_si512(h23, m2), 4)),
+      };
+      for (int k = 0; k < 2; ++k) {
+        const int v0 = 128 * n + 64 * k, blk = sb * 8 + v0 / 32;  // values v0 .. v0 + 63: blocks blk, blk + 1
+        const __m512i x = _mm512_loadu_si512(xq + static_cast<size_t>(sb) * kQ6kBlock + v0);
+        const __m512i z = _mm512_setzero_si512();
+        const __m512i dq = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, q[k], x), _mm512_dpbusd_epi32(z, k32, x));
+        const int s0 = v0 / 16;  // lanes 4i..4i+3 take scale s0 + i
+        const __m512i idx = _mm512_setr_epi32(s0, s0, s0, s0, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 2, s0 + 2, s0 + 2,
+                                              s0 + 2, s0 + 3, s0 + 3, s0 + 3, s0 + 3);
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_mullo_epi32(dq, _mm512_permutexvar_epi32(idx, scales)));
+        acc = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm256_set1_ps(d * xd[blk]), acc);
+        acc = _mm256_fmadd_ps(_mm512_extractf32x8_ps(f, 1), _mm256_set1_ps(d * xd[blk + 1]), acc);
+      }
+    }
+  }
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, acc);
+  return sum_8_lanes(lane);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 }  // namespace
 #endif
 
 float q6k_dot_row(const uint8_t* row, const QuantizedActs& a, int t) {
 #if KVLM_X86
+  if (isa_at_least(Isa::Avx512)) return q6k_avx512(row, a, t);
   if (isa_at_least(Isa::Avx2)) return q6k_avx2(row, a, t);
 #endif
   return scalar::q6k_dot_row(row, a, t);
