@@ -152,7 +152,7 @@ TEST(AttentionBatch, EncodedRowsWithAnF32RingReadAsTheirDecodedValues) {
 // order: a decode row's chunks are spread over the threads, a prefill's rows are not. The result
 // of a row must not depend on how the work was cut: thread counts, decode or inside a prefill.
 TEST(AttentionBatch, LongContextRowsAreTheSameHoweverTheWorkIsCut) {
-  const int ctx = 2600, fresh = 4;  // three chunks of 1024 positions
+  const int ctx = 2600, fresh = 4;  // eleven chunks of 256 positions
   const auto kk = randn(static_cast<size_t>(ctx + fresh) * kKvDim, 21), vv = randn(kk.size(), 22);
   const auto q = randn(static_cast<size_t>(fresh) * kQDim, 23);
   for (int window : {0, 1500}) {

@@ -66,7 +66,7 @@ void AttentionBatch::add_seq(int context_len, int n_rows) {
 namespace {
 
 constexpr int kSpan = 128;            // keys per online-softmax update
-constexpr int kChunk = 8 * kSpan;     // positions whose spans fold into one state before merging
+constexpr int kChunk = 2 * kSpan;     // positions whose spans fold into one state before merging
 
 // Merges state c (the next chunk of the same heads) into a: the softmax over both.
 void merge_state(AttnState& a, const AttnState& c) {
@@ -217,11 +217,7 @@ class Attender {
     for_runs(
         j0, j1, true,
         [&](int off, const float* vr, size_t stride, int cnt) { attn_accumulate(st, s + off, kSpan, vr, stride, cnt); },
-        [&](int off, const EncodedRows& vr, int cnt) {
-          // A group of many heads reads each value row once per head: decoding the run once
-          // is cheaper than widening it per head.
-          return group_ < 4 && attn_accumulate_encoded(st, s + off, kSpan, vr, cnt);
-        });
+        [&](int off, const EncodedRows& vr, int cnt) { return attn_accumulate_encoded(st, s + off, kSpan, vr, cnt); });
   }
 
   const AttentionBatch& b_;
