@@ -1,4 +1,5 @@
 // Broken model files: each gets one clear error naming the file (and tensor), never a crash.
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.h"
@@ -134,6 +135,16 @@ TEST(BadLlama2c, AbsurdHeader) {
   TensorSource src;
   EXPECT_THROW(parse_llama2c(reinterpret_cast<const uint8_t*>(f.data()), f.size(), "x.bin", src), KvlmError);
   EXPECT_THROW(parse_llama2c(reinterpret_cast<const uint8_t*>(f.data()), 3, "x.bin", src), KvlmError);
+  // A vocab_size of INT32_MIN (negative: "no shared classifier") has no magnitude as an int32:
+  // refused as out of range, not negated (undefined behaviour, caught by UBSan in the fuzzer).
+  int32_t g[7] = {64, 172, 5, 8, 4, INT32_MIN, 512};
+  std::string e;
+  try {
+    parse_llama2c(reinterpret_cast<const uint8_t*>(g), sizeof g, "x.bin", src);
+  } catch (const KvlmError& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("vocab_size = 2147483647 is out of range"), std::string::npos) << e;
 }
 
 // Through the CLI: a clear one-line error and a non-zero exit, never a signal.

@@ -142,7 +142,7 @@ TEST(TokenizerWork, HugeVocabularyEntryIsRefused) {
 // Item 9: a pool whose threads cannot all start fails cleanly (it used to deadlock).
 TEST(ThreadPoolStart, TooManyThreadsAreAnError) {
   EXPECT_THROW(ThreadPool(ThreadPool::kMaxThreads + 1), KvlmError);
-#if defined(__SANITIZE_ADDRESS__)
+#if KVLM_TEST_ASAN
   GTEST_SKIP() << "SKIPPED under AddressSanitizer: its shadow memory cannot run under ulimit -v";
 #else
   // 1000 thread stacks cannot fit in 300 MB of address space: creation fails part-way.

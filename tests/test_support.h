@@ -11,6 +11,18 @@
 #define KVLM_BIN "/nonexistent/kvlm (an engine-only build has no CLI)"
 #endif
 
+// 1 under AddressSanitizer: gcc defines __SANITIZE_ADDRESS__, clang answers __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define KVLM_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVLM_TEST_ASAN 1
+#endif
+#endif
+#ifndef KVLM_TEST_ASAN
+#define KVLM_TEST_ASAN 0
+#endif
+
 namespace kvlm {
 class Engine;
 }

@@ -1,5 +1,6 @@
 #include "io/llama2c.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.h"
@@ -12,7 +13,10 @@ Llama2cHeader parse_llama2c(const uint8_t* data, size_t size, const std::string&
          " bytes, too small for the llama2.c header of 28 bytes)");
   int32_t h[7];
   std::memcpy(h, data, 28);
-  Llama2cHeader hd{h[0], h[1], h[2], h[3], h[4], h[5] < 0 ? -h[5] : h[5], h[6], h[5] > 0};
+  // A negative vocab_size means "no shared classifier"; INT32_MIN has no positive twin, so the
+  // magnitude saturates (and fails the range check below).
+  const int32_t vocab = h[5] == INT32_MIN ? INT32_MAX : h[5] < 0 ? -h[5] : h[5];
+  Llama2cHeader hd{h[0], h[1], h[2], h[3], h[4], vocab, h[6], h[5] > 0};
   auto check = [&](int v, int lo, int hi, const char* what) {
     // llama2.c files have no magic: a header that makes no sense means "not such a file" first.
     if (v < lo || v > hi)

@@ -66,7 +66,9 @@ void q6_k(const uint8_t* b, float* y) {
 }
 
 // Plain and block types, widened row by row.
-void f32_to(const uint8_t* s, float* d, size_t n) { std::memcpy(d, s, n * 4); }
+void f32_to(const uint8_t* s, float* d, size_t n) {
+  if (n) std::memcpy(d, s, n * 4);  // an empty tensor may have no buffer at all (null)
+}
 template <float (*widen)(uint16_t)>
 void half_to(const uint8_t* s, float* d, size_t n) {
   for (size_t i = 0; i < n; ++i) {
