@@ -85,7 +85,7 @@ def rope(x, hd):
 
 # ---- the codecs, as kv_quant.cpp and QuantQuery::prepare compute them (float32) ----
 def int8_rows(x):
-    """x [T, kvh, hd] -> (codes, scale [T, kvh, 1], decoded float64)."""
+    """x [T, heads, hd] -> (codes, scale [T, heads, 1], decoded float64): a scale per row and head."""
     x = x.astype(np.float32)
     amax = np.abs(x).max(axis=-1, keepdims=True)
     d = (amax / np.float32(127)).astype(np.float32)
@@ -107,12 +107,9 @@ def int4_rows(x):
 
 
 def quantize_query(q):
-    """q [T, heads, hd] -> (codes, scale [T, heads, 1])."""
-    q = q.astype(np.float32)
-    amax = np.abs(q).max(axis=-1, keepdims=True)
-    d = (amax / np.float32(127)).astype(np.float32)
-    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
-    return np.rint(q * inv).astype(np.int64), d.astype(np.float64)
+    """q [T, heads, hd] -> (codes, scale [T, heads, 1]): the int8 KV codec's arithmetic, per head."""
+    codes, d, _ = int8_rows(q)
+    return codes, d.astype(np.float64)
 
 
 def attention(q, k, v, group, hd, kv, qmode):

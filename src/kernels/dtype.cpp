@@ -82,7 +82,9 @@ void blocks_to(const uint8_t* s, float* d, size_t n) {
   for (size_t i = 0; i < n / values; ++i) block(s + i * bytes, d + i * values);
 }
 
-void f32_from(const float* s, uint8_t* d, size_t n) { std::memcpy(d, s, n * 4); }
+void f32_from(const float* s, uint8_t* d, size_t n) {
+  if (n) std::memcpy(d, s, n * 4);  // as f32_to: an empty tensor may have no buffer
+}
 template <uint16_t (*narrow)(float)>
 void half_from(const float* s, uint8_t* d, size_t n) {
   for (size_t i = 0; i < n; ++i) {
