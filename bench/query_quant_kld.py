@@ -1,6 +1,7 @@
-"""What quantizing the query to int8 costs, on a trained model: KL divergence of next-token
-distributions against exact float64 attention, for int8/int4 KV with keys scored from their
-decoded values (f32 path) and with integer scores against an int8 query (attention_int.h).
+"""What integer attention costs, on a trained model: KL divergence of next-token distributions
+against exact float64 attention, for int8/int4 KV with keys scored from their decoded values (f32
+path) and with integer scores against an int8 query, and for int8 values summed from their decoded
+rows or in integers with quantized weights (attention_int.h).
 
 kvlm scores int8/int4 keys in integers only for groups of 4+ query heads per KV head; the one
 trained model here (stories260K) has groups of 2. So the study runs it twice: as it is (the query
@@ -112,9 +113,29 @@ def quantize_query(q):
     return codes, d.astype(np.float64)
 
 
-def attention(q, k, v, group, hd, kv, qmode):
+def int_value_sums(p, vc, vs, group):
+    """sum_s p[h, t, s] * vs[s] * vc[s] with the weights (the scale folded in) quantized to 0..127
+    per head, row and block of 32 keys, as attention_int.h sums int8 values: p [h, T, S],
+    vc [S, kvh, hd] codes, vs [S, kvh, 1] scales. Returns [T, heads, hd]."""
+    H, T, S = p.shape
+    B = 32
+    pad = (-S) % B
+    w = (p * np.repeat(vs[..., 0], group, axis=1).T[:, None, :]).astype(np.float32)  # [h, T, S]
+    w = np.pad(w, ((0, 0), (0, 0), (0, pad))).reshape(H, T, -1, B)
+    wmax = w.max(axis=-1, keepdims=True)
+    ws = (wmax / np.float32(127)).astype(np.float32)
+    tiny = np.finfo(np.float32).tiny  # kvlm: a block whose scale is below FLT_MIN weighs zero
+    inv = np.where(ws >= tiny, np.float32(1) / np.where(ws >= tiny, ws, 1), 0).astype(np.float32)
+    u = np.minimum(np.rint(w * inv), 127).astype(np.int64)  # [h, T, blocks, B]
+    c = np.pad(np.repeat(vc, group, axis=1), ((0, pad), (0, 0), (0, 0))).reshape(-1, B, H, vc.shape[-1])  # [blocks, B, h, hd]
+    sums = np.einsum("htbj,bjhd->htbd", u, c).astype(np.float64)
+    return np.einsum("htbd,htb->thd", sums, ws[..., 0].astype(np.float64))
+
+
+def attention(q, k, v, group, hd, kv, qmode, vmode="float"):
     """Causal attention; kv: 'f64' (exact), 'int8' or 'int4' (stored rows); qmode: 'float' scores
-    from decoded keys, 'int' integer scores against the int8 query."""
+    from decoded keys, 'int' integer scores against the int8 query; vmode (int8): 'float' value
+    sums of the decoded rows, 'int' integer value sums (int_value_sums)."""
     T, heads, _ = q.shape
     scale = 1.0 / np.sqrt(hd)
     if kv == "f64":
@@ -153,10 +174,14 @@ def attention(q, k, v, group, hd, kv, qmode):
     s = np.exp(s - s.max(axis=-1, keepdims=True))
     p = s / s.sum(axis=-1, keepdims=True)
     vh, vx = np.repeat(vd, group, axis=1), np.repeat(v, group, axis=1)
-    return np.einsum("hts,shd->thd", np.where(eye, 0, p), vh) + np.einsum("ht,thd->thd", p[:, np.arange(T), np.arange(T)], vx)
+    own = np.einsum("ht,thd->thd", p[:, np.arange(T), np.arange(T)], vx)
+    if vmode == "int" and kv == "int8":
+        vc, vs, _ = int8_rows(v)
+        return int_value_sums(np.where(eye, 0, p), vc, vs, group) + own
+    return np.einsum("hts,shd->thd", np.where(eye, 0, p), vh) + own
 
 
-def forward(m, tokens, kv="f64", qmode="float"):
+def forward(m, tokens, kv="f64", qmode="float", vmode="float"):
     T, hd, heads, kvh = len(tokens), m["hd"], m["heads"], m["kv_heads"]
     x = m["emb"][tokens]
     for l in range(m["layers"]):
@@ -164,7 +189,7 @@ def forward(m, tokens, kv="f64", qmode="float"):
         q = rope((h @ m["wq"][l].T).reshape(T, heads, hd), hd)
         k = rope((h @ m["wk"][l].T).reshape(T, kvh, hd), hd)
         v = (h @ m["wv"][l].T).reshape(T, kvh, hd)
-        a = attention(q, k, v, heads // kvh, hd, kv, qmode).reshape(T, heads * hd)
+        a = attention(q, k, v, heads // kvh, hd, kv, qmode, vmode).reshape(T, heads * hd)
         x = x + a @ m["wo"][l].T
         h = rmsnorm(x, m["rms_ffn"][l])
         g = h @ m["w1"][l].T
@@ -208,10 +233,13 @@ def main():
         # int4 groups of 32 lie within a head only where the head size is a multiple of 32 (kvlm
         # scores int4 keys in integers only then); stories260K's heads are 8 wide.
         for kv in ("int8", "int4") if model["hd"] % 32 == 0 else ("int8",):
-            for qmode, name in (("float", "f32 from decoded keys"), ("int", "integer, int8 query")):
+            modes = [("float", "float", "f32 from decoded keys"), ("int", "float", "integer, int8 query")]
+            if kv == "int8":
+                modes += [("float", "int", "f32 scores, integer value sums"), ("int", "int", "integer scores and value sums")]
+            for qmode, vmode, name in modes:
                 kl, agree, nll = [], [], []
                 for r, t in zip(ref, windows):
-                    o = log_softmax(forward(model, t, kv, qmode))
+                    o = log_softmax(forward(model, t, kv, qmode, vmode))
                     kl.append((np.exp(r) * (r - o)).sum(axis=-1))
                     agree.append(r.argmax(-1) == o.argmax(-1))
                     nll.append(-o[np.arange(W - 1), t[1:]].mean())

@@ -169,6 +169,53 @@ TEST(IsaKernels, IntegerScoresMatchScalarTwinBitForBitAndTheDecodedKeys) {
   }
 }
 
+// Integer value sums: the SIMD paths against the scalar twin bit for bit, and both against the
+// exact weighted sum within the weights' rounding: per block, |error| <= ws / 2 * sum_j |c_j| per
+// element (plus float rounding), ws the block's largest weight over 127.
+TEST(IsaKernels, IntegerValueSumsMatchScalarTwinBitForBitAndTheExactSums) {
+  auto check = [](bool simd) {
+    std::mt19937 rng(7);
+    for (int hd : {32, 64, 128, 256})
+      for (int g : {4, 7, 8, 12})
+        for (int n : {1, 5, 32, 37, 100}) {
+          std::vector<int8_t> codes(static_cast<size_t>(n) * hd + 31);  // rows misaligned by 31 bytes
+          std::uniform_int_distribution<int> c8(-128, 127);
+          for (auto& c : codes) c = static_cast<int8_t>(c8(rng));
+          std::vector<const int8_t*> rows(n);
+          for (int j = 0; j < n; ++j) rows[j] = codes.data() + 31 + static_cast<size_t>(j) * hd;
+          std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+          std::vector<float> sv(n), p(static_cast<size_t>(g) * (n + 3));
+          for (auto& x : sv) x = 0.01f + unit(rng);
+          for (auto& x : p) x = unit(rng) < 0.1f ? 0.0f : std::exp(-8.0f * unit(rng));  // softmax-like, some zero
+          const size_t ps = n + 3;
+          std::vector<float> m(g), l(g), acc1(static_cast<size_t>(g) * hd), acc2;
+          for (auto& x : acc1) x = unit(rng) - 0.5f;
+          acc2 = acc1;
+          const std::vector<float> acc0 = acc1;
+          AttnState s1{g, hd, m.data(), l.data(), acc1.data()}, s2{g, hd, m.data(), l.data(), acc2.data()};
+          if (simd) attn_accumulate_int8(s1, p.data(), ps, rows.data(), sv.data(), n);
+          else scalar::attn_accumulate_int8(s1, p.data(), ps, rows.data(), sv.data(), n);
+          scalar::attn_accumulate_int8(s2, p.data(), ps, rows.data(), sv.data(), n);
+          ASSERT_EQ(std::memcmp(acc1.data(), acc2.data(), acc1.size() * 4), 0) << "hd " << hd << " g " << g << " n " << n;
+          for (int i = 0; i < g; ++i)
+            for (int d = 0; d < hd; ++d) {
+              double exact = acc0[i * hd + d], bound = 1e-5 * (1 + std::fabs(acc0[i * hd + d]));
+              for (int j0 = 0; j0 < n; j0 += kValueBlock) {
+                double wmax = 0, abs_c = 0;
+                for (int j = j0; j < std::min(n, j0 + kValueBlock); ++j) {
+                  const double w = double(p[i * ps + j]) * sv[j];
+                  exact += w * rows[j][d], wmax = std::max(wmax, w), abs_c += std::abs(rows[j][d]);
+                }
+                bound += 0.5 * wmax / 127 * abs_c * 1.001 + 1e-6 * wmax * abs_c;
+              }
+              ASSERT_LE(std::fabs(acc1[i * hd + d] - exact), bound) << "hd " << hd << " g " << g << " n " << n << " head " << i;
+            }
+        }
+  };
+  for_each_simd_isa([&] { check(true); });
+  check(false);  // the scalar twin itself against the exact sums, on any CPU
+}
+
 TEST(IsaKernels, Q6kRowDotMatchesScalarTwinAndDequantizedValues) {
   for_each_simd_isa([] {
     for (int in : {256, 512, 768, 2048})

@@ -189,6 +189,23 @@ TEST(WeightKernels, Q8_0QuantizationMatchesScalarTwinBitForBit) {
   }
 }
 
+// The same codec at a head's size (int8 KV rows, the query of integer attention scores).
+TEST(WeightKernels, SymmetricInt8BlocksOfAHeadMatchScalarTwinBitForBit) {
+  for (int block : {32, 64, 96, 128, 256, 40})
+    for (int nb : {1, 3}) {
+      auto x = randn(nb * block + 1, block + nb);
+      x[1] = 127.0f, x[2] = 2.5f, x[3] = -3.5f;  // ties round to even
+      std::vector<float> s1(nb), s2(nb);
+      std::vector<int8_t> q1(nb * block), q2(nb * block);
+      quantize_symmetric_i8(x.data() + 1, nb * block, block, s1.data(), q1.data());
+      scalar::quantize_symmetric_i8(x.data() + 1, nb * block, block, s2.data(), q2.data());
+      ASSERT_EQ(s1, s2) << block;
+      ASSERT_EQ(q1, q2) << block;
+      EXPECT_EQ(q1[1], 2);
+      EXPECT_EQ(q1[2], -4);
+    }
+}
+
 TEST(WeightKernels, QuantizationRoundTripsWithinStatedBounds) {
   auto x = randn(4096, 7);
   std::vector<float> s(128);

@@ -14,6 +14,8 @@ namespace kvlm {
 
 namespace {
 
+constexpr int kDecodePiece = 32;  // rows decoded at a time (8 KiB of f32 at a head size of 64)
+
 // Calls fn(offset, rows, stride, count) for the memory runs of cached positions [from, to) of
 // KV head g. Encoded rows go to enc(offset, rows, count) first, which reads them as stored; where
 // it cannot (it returns false) they are decoded into `deq` a run at a time for fn.
@@ -46,8 +48,12 @@ void cached_runs(const KvLayerView& kv, int kv_dim, int hd, int g, int from, int
       const uint8_t* data = (values ? kv.vq : kv.kq) + r * c.data_bytes();
       const float* params = (values ? kv.vp : kv.kp) + r * c.n_params();
       if (!enc(j - from, EncodedRows{&c, data, params, g}, n)) {
-        c.decode_rows(data, params, g, n, deq);
-        fn(j - from, deq, static_cast<size_t>(hd), n);
+        // A piece at a time, so the decoded rows stay in L1 while every head of the group reads them.
+        for (int o = 0; o < n; o += kDecodePiece) {
+          const int m = std::min(kDecodePiece, n - o);
+          c.decode_rows(data + o * c.data_bytes(), params + o * c.n_params(), g, m, deq);
+          fn(j - from + o, deq, static_cast<size_t>(hd), m);
+        }
       }
     } else {
       fn(j - from, (values ? kv.v : kv.k) + r * kv_dim + g * hd, static_cast<size_t>(kv_dim), n);
@@ -111,12 +117,17 @@ class Attender {
   struct Scratch {
     std::vector<float> s, deq;
     std::vector<QuantQuery> qq;  // per KV head
+    std::vector<int> qq_row;     // per KV head, the row its qq was prepared for (-1: none)
+    std::vector<const int8_t*> vrows;  // a span's int8 value rows (integer value sums)
+    std::vector<float> vscale;         // and their scales
   };
   Scratch scratch() const {
     Scratch w;
     w.s.resize(static_cast<size_t>(group_) * kSpan);
     w.deq.resize(static_cast<size_t>(kSpan) * hd_);
     w.qq.resize(b_.n_kv_heads);
+    w.qq_row.assign(b_.n_kv_heads, -1);
+    w.vrows.resize(kSpan), w.vscale.resize(kSpan);
     return w;
   }
 
@@ -128,11 +139,14 @@ class Attender {
     const int from = lo + c * kChunk, to = std::min(p + 1, from + kChunk);
     const int pos0 = seq.context_len;
     const KvRowCodec* codec = from < pos0 ? seq.kv.codec : nullptr;
-    const bool int_scores = codec && integer_scores(*codec, group_);
+    const bool int_scores = codec && integer_scores(*codec, group_), int_values = codec && integer_values(*codec, group_);
     for (int g = g0; g < g1; ++g) {
       AttnState a = st.at(g - g0);
       a.reset();
-      if (int_scores) w.qq[g].prepare(codec->dtype, query(t, g), group_, hd_, b_.scale);
+      if (int_scores && w.qq_row[g] != t) {  // a row's chunks share its quantized query
+        w.qq[g].prepare(codec->dtype, query(t, g), group_, hd_, b_.scale);
+        w.qq_row[g] = t;
+      }
     }
     prefetch_cached(seq, from, std::min(to, from + kSpan), g0, g1);
     for (int j0 = from; j0 < to; j0 += kSpan) {
@@ -142,7 +156,7 @@ class Attender {
         // bursts of one head (a burst of every head overflowed the miss queues).
         prefetch_cached(seq, j1, std::min(to, j1 + kSpan), g, g + 1);
         AttnState a = st.at(g - g0);
-        span(w, t, g, j0, j1, int_scores, a);
+        span(w, t, g, j0, j1, int_scores, int_values, a);
       }
     }
   }
@@ -189,7 +203,7 @@ class Attender {
   }
 
   // One span [j0, j1) of row t, KV head g: scores, the softmax update, the weighted values.
-  void span(Scratch& w, int t, int g, int j0, int j1, bool int_scores, AttnState& st) const {
+  void span(Scratch& w, int t, int g, int j0, int j1, bool int_scores, bool int_values, AttnState& st) const {
     const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
     const int pos0 = seq.context_len, row0 = seq.first_row;  // the sequence's first new row is at pos0
     const float* qg = query(t, g);
@@ -214,10 +228,28 @@ class Attender {
           return true;
         });
     attn_update(st, s, kSpan, j1 - j0);
+    // Values: the encoded positions [j0, enc_to) summed in integers where they are int8 rows of a
+    // large group (by position, so every layout cuts the same blocks), the rest in f32.
+    const int enc_to = int_values ? std::max(j0, std::min({j1, pos0, seq.kv.hot_from})) : j0;
+    if (enc_to > j0) {
+      cached_runs(
+          seq.kv, kv_dim_, hd_, g, j0, enc_to, true, nullptr,
+          [](int, const float*, size_t, int) { KVLM_CHECK(false, "an f32 row below the encoded positions' end"); },
+          [&](int off, const EncodedRows& vr, int cnt) {
+            const size_t db = vr.codec->data_bytes(), pn = static_cast<size_t>(vr.codec->n_params());
+            for (int x = 0; x < cnt; ++x) {
+              w.vrows[off + x] = reinterpret_cast<const int8_t*>(vr.data + x * db) + static_cast<size_t>(g) * hd_;
+              w.vscale[off + x] = vr.params[x * pn + g];
+            }
+            return true;
+          });
+      attn_accumulate_int8(st, s, kSpan, w.vrows.data(), w.vscale.data(), enc_to - j0);
+    }
+    const float* sr = s + (enc_to - j0);  // the weights of the rest
     for_runs(
-        j0, j1, true,
-        [&](int off, const float* vr, size_t stride, int cnt) { attn_accumulate(st, s + off, kSpan, vr, stride, cnt); },
-        [&](int off, const EncodedRows& vr, int cnt) { return attn_accumulate_encoded(st, s + off, kSpan, vr, cnt); });
+        enc_to, j1, true,
+        [&](int off, const float* vr, size_t stride, int cnt) { attn_accumulate(st, sr + off, kSpan, vr, stride, cnt); },
+        [&](int off, const EncodedRows& vr, int cnt) { return attn_accumulate_encoded(st, sr + off, kSpan, vr, cnt); });
   }
 
   const AttentionBatch& b_;

@@ -1,6 +1,7 @@
 #include "kernels/attention_int.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
@@ -17,6 +18,8 @@ namespace kvlm {
 bool integer_scores(const KvRowCodec& c, int group) {
   return (c.dtype == DType::Int8 || c.dtype == DType::Int4) && c.head_dim % 32 == 0 && c.head_dim <= 256 && group >= 4;
 }
+
+bool integer_values(const KvRowCodec& c, int group) { return c.dtype == DType::Int8 && integer_scores(c, group); }
 
 void QuantQuery::prepare(DType t, const float* q, int g_, int hd_, float scale) {
   dtype = t, g = g_, hd = hd_;
@@ -51,9 +54,35 @@ inline float int4_term(int32_t dot, float s, float z, int32_t qsum) {
   return std::fma(s, static_cast<float>(dot), z * static_cast<float>(qsum));
 }
 
+// A block's weights for one head: u[0..32) (zero past n) and the returned scale.
+inline float block_weights(const float* p, const float* sv, int n, uint8_t* u) {
+  float wmax = 0.0f;
+  for (int x = 0; x < n; ++x) wmax = std::max(wmax, p[x] * sv[x]);
+  const float ws = wmax / 127.0f, inv = ws >= FLT_MIN ? 1.0f / ws : 0.0f;  // a negligible block: all zero
+  for (int x = 0; x < kValueBlock; ++x) u[x] = x < n ? static_cast<uint8_t>(std::min(127.0f, std::nearbyint(p[x] * sv[x] * inv))) : 0;
+  return ws;
+}
+
 }  // namespace
 
 namespace scalar {
+void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const int8_t* const* rows, const float* sv, int n) {
+  const int hd = st.hd;
+  uint8_t u[kValueBlock];
+  std::vector<int32_t> sums(hd);
+  for (int j0 = 0; j0 < n; j0 += kValueBlock) {
+    const int nb = std::min(kValueBlock, n - j0);
+    for (int i = 0; i < st.g; ++i) {
+      const float ws = block_weights(p + i * p_stride + j0, sv + j0, nb, u);
+      std::fill(sums.begin(), sums.end(), 0);
+      for (int j = 0; j < nb; ++j)
+        for (int d = 0; d < hd; ++d) sums[d] += u[j] * rows[j0 + j][d];
+      float* acc = st.acc + static_cast<size_t>(i) * hd;
+      for (int d = 0; d < hd; ++d) acc[d] = std::fma(ws, static_cast<float>(sums[d]), acc[d]);
+    }
+  }
+}
+
 void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, float* s, size_t s_stride) {
   const KvRowCodec& c = *k.codec;
   const int hd = q.hd, G = q.groups();
@@ -119,6 +148,15 @@ namespace avx512 {
 #pragma GCC pop_options
 #endif
 #endif  // KVLM_X86
+
+void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const int8_t* const* rows, const float* sv, int n) {
+  KVLM_CHECK(st.hd % 32 == 0 && st.hd <= 256, "integer value sums take head sizes of 32s up to 256");
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx512)) return avx512::values_int8(st, p, p_stride, rows, sv, n);
+  if (isa_at_least(Isa::Avx2)) return avx2::values_int8(st, p, p_stride, rows, sv, n);
+#endif
+  scalar::attn_accumulate_int8(st, p, p_stride, rows, sv, n);
+}
 
 void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, float* s, size_t s_stride) {
   KVLM_CHECK(q.dtype == k.codec->dtype && q.hd == k.codec->head_dim && integer_scores(*k.codec, q.g),

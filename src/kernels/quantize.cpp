@@ -31,30 +31,30 @@ void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q) { quanti
 
 #if KVLM_X86
 namespace {
-// The same arithmetic as the scalar twin (max is exact, round-to-nearest-even like nearbyint).
-__attribute__((target("avx2,fma"))) void quantize_row_q8_0_avx2(const float* x, int n, float* scales, int8_t* q) {
+// The same arithmetic as the scalar twin (max is exact, round-to-nearest-even like nearbyint), for
+// blocks of 32s: Q8_0's, and a head's (an int8 KV row's, the query of integer attention scores).
+__attribute__((target("avx2,fma"))) void quantize_blocks_avx2(const float* x, int n, int block, float* scales, int8_t* q) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (int b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
-    __m256 v[4], m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(xb + 8 * k);
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
-    }
+  for (int b = 0; b < n / block; ++b) {
+    const float* xb = x + static_cast<size_t>(b) * block;
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < block; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)));
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float amax = _mm_cvtss_f32(m4);
     const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
     scales[b] = d;
-    __m256i i32[4];
-    for (int k = 0; k < 4; ++k)
-      i32[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id)),
-                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    // int32 -> int16 -> int8 packs interleave the 128-bit lanes; one permute restores order.
-    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
-    const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), i8);
+    for (int o = 0; o < block; o += 32) {
+      __m256i i32[4];
+      for (int k = 0; k < 4; ++k)
+        i32[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + o + 8 * k), _mm256_set1_ps(id)),
+                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      // int32 -> int16 -> int8 packs interleave the 128-bit lanes; one permute restores order.
+      const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
+      const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + static_cast<size_t>(b) * block + o), i8);
+    }
   }
 }
 }  // namespace
@@ -62,13 +62,15 @@ __attribute__((target("avx2,fma"))) void quantize_row_q8_0_avx2(const float* x, 
 
 void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q) {
 #if KVLM_X86
-  if (isa_at_least(Isa::Avx2)) return quantize_row_q8_0_avx2(x, n, scales, q);
+  if (isa_at_least(Isa::Avx2)) return quantize_blocks_avx2(x, n, 32, scales, q);
 #endif
   scalar::quantize_row_q8_0(x, n, scales, q);
 }
 
 void quantize_symmetric_i8(const float* x, int n, int block, float* scales, int8_t* q) {
-  if (block == 32) return quantize_row_q8_0(x, n, scales, q);  // its SIMD version
+#if KVLM_X86
+  if (block % 32 == 0 && isa_at_least(Isa::Avx2)) return quantize_blocks_avx2(x, n, block, scales, q);
+#endif
   scalar::quantize_symmetric_i8(x, n, block, scales, q);
 }
 
