@@ -107,6 +107,38 @@ def int4_rows(x):
     return codes, s, lo, dec.reshape(T, kvh, hd).astype(np.float64)
 
 
+def int4_kv_rows(x):
+    """kvlm's int4 codec as it lies in the cache: groups of 32 along the whole KV row (all heads),
+    whatever the head size. x [T, kvh, hd] -> (nibbles, scale, zero [T, groups, 1], decoded [T, kvh, hd])."""
+    T, kvh, hd = x.shape
+    g = x.astype(np.float32).reshape(T, kvh * hd // 32, 32)
+    lo, hi = g.min(axis=-1, keepdims=True), g.max(axis=-1, keepdims=True)
+    s = ((hi - lo) / np.float32(15)).astype(np.float32)
+    inv = np.where(s != 0, np.float32(1) / np.where(s != 0, s, 1), 0).astype(np.float32)
+    codes = np.clip(np.rint((g - lo) * inv), 0, 15).astype(np.int64)
+    dec = (s * codes.astype(np.float32) + lo).astype(np.float32)
+    return codes, s, lo, dec.reshape(T, kvh, hd).astype(np.float64)
+
+
+def int4_value_sums(p, v, group):
+    """int_value_sums for int4 rows (int4_kv_rows): per head, block of 32 keys and group, the
+    weights p * scale quantized to 0..127 against the nibbles, and the zero points' share sum p * z
+    exact. p [h, T, S], v [S, kvh, hd]. Returns [T, heads, hd]."""
+    S, kvh, hd = v.shape
+    codes, sc, zp, _ = int4_kv_rows(v)
+    nib = codes.reshape(S, kvh, hd)
+    gid = (np.arange(kvh * hd) // 32).reshape(kvh, hd)  # each element's group
+    out = np.zeros((p.shape[1], p.shape[0], hd))
+    for h in range(p.shape[0]):
+        kh = h // group
+        for gr in np.unique(gid[kh]):
+            d = np.nonzero(gid[kh] == gr)[0]
+            ph = p[h][:, :, None]  # [T, S, 1]
+            part = int_value_sums(ph.transpose(2, 0, 1), nib[:, kh:kh + 1, d], sc[:, gr:gr + 1, :], 1)  # [T, 1, len(d)]
+            out[:, h, d] = part[:, 0, :] + (p[h] * zp[:, gr, 0][None, :]).sum(axis=-1)[:, None]
+    return out
+
+
 def quantize_query(q):
     """q [T, heads, hd] -> (codes, scale [T, heads, 1]): the int8 KV codec's arithmetic, per head."""
     codes, d, _ = int8_rows(q)
@@ -143,6 +175,8 @@ def attention(q, k, v, group, hd, kv, qmode, vmode="float"):
     elif kv == "int8":
         kc, ks, kd = int8_rows(k)
         vd = int8_rows(v)[2]
+    elif kv == "int4kv":  # groups along the KV row, as kvlm stores them; scores from decoded keys
+        kd, vd = int4_kv_rows(k)[3], None
     else:
         kc, ks, kz, kd = int4_rows(k)
         vd = int4_rows(v)[3]
@@ -173,11 +207,16 @@ def attention(q, k, v, group, hd, kv, qmode, vmode="float"):
     s = np.where(np.tril(np.ones((T, T), dtype=bool))[None], s, -np.inf)
     s = np.exp(s - s.max(axis=-1, keepdims=True))
     p = s / s.sum(axis=-1, keepdims=True)
-    vh, vx = np.repeat(vd, group, axis=1), np.repeat(v, group, axis=1)
+    vh = np.repeat(vd, group, axis=1) if vd is not None else None
+    vx = np.repeat(v, group, axis=1)
     own = np.einsum("ht,thd->thd", p[:, np.arange(T), np.arange(T)], vx)
     if vmode == "int" and kv == "int8":
         vc, vs, _ = int8_rows(v)
         return int_value_sums(np.where(eye, 0, p), vc, vs, group) + own
+    if kv == "int4kv":
+        if vmode == "int":
+            return int4_value_sums(np.where(eye, 0, p), v, group) + own
+        vh = np.repeat(int4_kv_rows(v)[3], group, axis=1)
     return np.einsum("hts,shd->thd", np.where(eye, 0, p), vh) + own
 
 
@@ -230,6 +269,18 @@ def main():
         ref = [log_softmax(forward(model, t)) for t in windows]
         nll_ref = np.mean([-r[np.arange(W - 1), t[1:]].mean() for r, t in zip(ref, windows)])
         print(f"| {label} | {group} | f64 | exact | 0 | 0 | 100% | {nll_ref:.5f} |")
+
+        def row(kv, qmode, vmode, kv_name, name):
+            kl, agree, nll = [], [], []
+            for r, t in zip(ref, windows):
+                o = log_softmax(forward(model, t, kv, qmode, vmode))
+                kl.append((np.exp(r) * (r - o)).sum(axis=-1))
+                agree.append(r.argmax(-1) == o.argmax(-1))
+                nll.append(-o[np.arange(W - 1), t[1:]].mean())
+            kl, agree = np.concatenate(kl), np.concatenate(agree)
+            print(f"| {label} | {group} | {kv_name} | {name} | {kl.mean():.3e} | {np.quantile(kl, 0.99):.3e} | "
+                  f"{100 * agree.mean():.2f}% | {np.mean(nll):.5f} |")
+
         # int4 groups of 32 lie within a head only where the head size is a multiple of 32 (kvlm
         # scores int4 keys in integers only then); stories260K's heads are 8 wide.
         for kv in ("int8", "int4") if model["hd"] % 32 == 0 else ("int8",):
@@ -237,15 +288,13 @@ def main():
             if kv == "int8":
                 modes += [("float", "int", "f32 scores, integer value sums"), ("int", "int", "integer scores and value sums")]
             for qmode, vmode, name in modes:
-                kl, agree, nll = [], [], []
-                for r, t in zip(ref, windows):
-                    o = log_softmax(forward(model, t, kv, qmode, vmode))
-                    kl.append((np.exp(r) * (r - o)).sum(axis=-1))
-                    agree.append(r.argmax(-1) == o.argmax(-1))
-                    nll.append(-o[np.arange(W - 1), t[1:]].mean())
-                kl, agree = np.concatenate(kl), np.concatenate(agree)
-                print(f"| {label} | {group} | {kv} | {name} | {kl.mean():.3e} | {np.quantile(kl, 0.99):.3e} | "
-                      f"{100 * agree.mean():.2f}% | {np.mean(nll):.5f} |")
+                row(kv, qmode, vmode, kv, name)
+        # int4 as kvlm stores it (groups of 32 along the KV row, so across this model's heads): f32
+        # scores from the decoded keys, values from decoded rows or summed in integers. The pooled
+        # model's KV rows are 16 wide: no int4 codec for them.
+        if model["kv_heads"] * model["hd"] % 32 == 0:
+            row("int4kv", "float", "float", "int4", "f32 scores, f32 value sums")
+            row("int4kv", "float", "int", "int4", "f32 scores, integer value sums")
 
 
 if __name__ == "__main__":

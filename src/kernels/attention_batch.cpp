@@ -118,8 +118,9 @@ class Attender {
     std::vector<float> s, deq;
     std::vector<QuantQuery> qq;  // per KV head
     std::vector<int> qq_row;     // per KV head, the row its qq was prepared for (-1: none)
-    std::vector<const int8_t*> vrows;  // a span's int8 value rows (integer value sums)
-    std::vector<float> vscale;         // and their scales
+    std::vector<const uint8_t*> vrows;  // a span's encoded value rows of one KV head (integer value sums)
+    std::vector<const float*> vprm;     // and their parameters (int8: the scale; int4: the first group's)
+    std::vector<float> vscale;          // int8: the scales themselves
   };
   Scratch scratch() const {
     Scratch w;
@@ -127,7 +128,7 @@ class Attender {
     w.deq.resize(static_cast<size_t>(kSpan) * hd_);
     w.qq.resize(b_.n_kv_heads);
     w.qq_row.assign(b_.n_kv_heads, -1);
-    w.vrows.resize(kSpan), w.vscale.resize(kSpan);
+    w.vrows.resize(kSpan), w.vprm.resize(kSpan), w.vscale.resize(kSpan);
     return w;
   }
 
@@ -228,22 +229,31 @@ class Attender {
           return true;
         });
     attn_update(st, s, kSpan, j1 - j0);
-    // Values: the encoded positions [j0, enc_to) summed in integers where they are int8 rows of a
-    // large group (by position, so every layout cuts the same blocks), the rest in f32.
+    // Values: the encoded positions [j0, enc_to) summed in integers where they are int8 or int4
+    // rows of a large group (by position, so every layout cuts the same blocks), the rest in f32.
     const int enc_to = int_values ? std::max(j0, std::min({j1, pos0, seq.kv.hot_from})) : j0;
     if (enc_to > j0) {
       cached_runs(
           seq.kv, kv_dim_, hd_, g, j0, enc_to, true, nullptr,
           [](int, const float*, size_t, int) { KVLM_CHECK(false, "an f32 row below the encoded positions' end"); },
           [&](int off, const EncodedRows& vr, int cnt) {
-            const size_t db = vr.codec->data_bytes(), pn = static_cast<size_t>(vr.codec->n_params());
+            const KvRowCodec& c = *vr.codec;
+            const size_t db = c.data_bytes(), pn = static_cast<size_t>(c.n_params());
+            const bool i8 = c.dtype == DType::Int8;
+            const size_t at = i8 ? static_cast<size_t>(g) * hd_ : static_cast<size_t>(g) * hd_ / 2;  // int4: 16 bytes per 32
+            const size_t pat = i8 ? static_cast<size_t>(g) : 2 * static_cast<size_t>(g) * (hd_ / 32);
             for (int x = 0; x < cnt; ++x) {
-              w.vrows[off + x] = reinterpret_cast<const int8_t*>(vr.data + x * db) + static_cast<size_t>(g) * hd_;
-              w.vscale[off + x] = vr.params[x * pn + g];
+              w.vrows[off + x] = vr.data + x * db + at;
+              w.vprm[off + x] = vr.params + x * pn + pat;
+              w.vscale[off + x] = *w.vprm[off + x];
             }
             return true;
           });
-      attn_accumulate_int8(st, s, kSpan, w.vrows.data(), w.vscale.data(), enc_to - j0);
+      if (seq.kv.codec->dtype == DType::Int8) {
+        attn_accumulate_int8(st, s, kSpan, w.vrows.data(), w.vscale.data(), enc_to - j0);
+      } else {
+        attn_accumulate_int4(st, s, kSpan, w.vrows.data(), w.vprm.data(), enc_to - j0);
+      }
     }
     const float* sr = s + (enc_to - j0);  // the weights of the rest
     for_runs(

@@ -19,7 +19,7 @@ bool integer_scores(const KvRowCodec& c, int group) {
   return (c.dtype == DType::Int8 || c.dtype == DType::Int4) && c.head_dim % 32 == 0 && c.head_dim <= 256 && group >= 4;
 }
 
-bool integer_values(const KvRowCodec& c, int group) { return c.dtype == DType::Int8 && integer_scores(c, group); }
+bool integer_values(const KvRowCodec& c, int group) { return integer_scores(c, group); }
 
 void QuantQuery::prepare(DType t, const float* q, int g_, int hd_, float scale) {
   dtype = t, g = g_, hd = hd_;
@@ -63,10 +63,45 @@ inline float block_weights(const float* p, const float* sv, int n, uint8_t* u) {
   return ws;
 }
 
+// int4: group gr's scales and zero points of a block's keys.
+inline void group_params(const float* const* prm, int gr, int n, float* s, float* z) {
+  for (int x = 0; x < n; ++x) s[x] = prm[x][2 * gr], z[x] = prm[x][2 * gr + 1];
+}
+// The zero points' share of one head: eight running sums (key x into sum x % 8, as the SIMD twin's
+// lanes; one chain of 32 dependent multiply-adds was most of an int4 step), added pairwise.
+inline float zero_share(const float* p, const float* z, int n) {
+  float t[8] = {};
+  for (int x = 0; x < n; ++x) t[x % 8] = std::fma(p[x], z[x], t[x % 8]);
+  return ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+}
+
 }  // namespace
 
 namespace scalar {
-void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const int8_t* const* rows, const float* sv, int n) {
+void attn_accumulate_int4(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* const* prm,
+                          int n) {
+  const int hd = st.hd, G = hd / 32;
+  uint8_t u[kValueBlock];
+  float s[kValueBlock], z[kValueBlock];
+  for (int j0 = 0; j0 < n; j0 += kValueBlock) {
+    const int nb = std::min(kValueBlock, n - j0);
+    for (int gr = 0; gr < G; ++gr) {
+      group_params(prm + j0, gr, nb, s, z);
+      for (int i = 0; i < st.g; ++i) {
+        const float* pi = p + i * p_stride + j0;
+        const float ws = block_weights(pi, s, nb, u), zs = zero_share(pi, z, nb);
+        float* acc = st.acc + static_cast<size_t>(i) * hd + gr * 32;
+        for (int e = 0; e < 32; ++e) {  // byte e / 2 holds elements 2b (low nibble) and 2b + 1
+          int32_t sum = 0;
+          for (int j = 0; j < nb; ++j) sum += u[j] * ((rows[j0 + j][gr * 16 + e / 2] >> (4 * (e % 2))) & 0xF);
+          acc[e] = std::fma(ws, static_cast<float>(sum), acc[e]) + zs;
+        }
+      }
+    }
+  }
+}
+
+void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* sv, int n) {
   const int hd = st.hd;
   uint8_t u[kValueBlock];
   std::vector<int32_t> sums(hd);
@@ -76,7 +111,7 @@ void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const 
       const float ws = block_weights(p + i * p_stride + j0, sv + j0, nb, u);
       std::fill(sums.begin(), sums.end(), 0);
       for (int j = 0; j < nb; ++j)
-        for (int d = 0; d < hd; ++d) sums[d] += u[j] * rows[j0 + j][d];
+        for (int d = 0; d < hd; ++d) sums[d] += u[j] * static_cast<int8_t>(rows[j0 + j][d]);
       float* acc = st.acc + static_cast<size_t>(i) * hd;
       for (int d = 0; d < hd; ++d) acc[d] = std::fma(ws, static_cast<float>(sums[d]), acc[d]);
     }
@@ -149,13 +184,23 @@ namespace avx512 {
 #endif
 #endif  // KVLM_X86
 
-void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const int8_t* const* rows, const float* sv, int n) {
+void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* sv, int n) {
   KVLM_CHECK(st.hd % 32 == 0 && st.hd <= 256, "integer value sums take head sizes of 32s up to 256");
 #if KVLM_X86
   if (isa_at_least(Isa::Avx512)) return avx512::values_int8(st, p, p_stride, rows, sv, n);
   if (isa_at_least(Isa::Avx2)) return avx2::values_int8(st, p, p_stride, rows, sv, n);
 #endif
   scalar::attn_accumulate_int8(st, p, p_stride, rows, sv, n);
+}
+
+void attn_accumulate_int4(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* const* prm,
+                          int n) {
+  KVLM_CHECK(st.hd % 32 == 0 && st.hd <= 256, "integer value sums take head sizes of 32s up to 256");
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx512)) return avx512::values_int4(st, p, p_stride, rows, prm, n);
+  if (isa_at_least(Isa::Avx2)) return avx2::values_int4(st, p, p_stride, rows, prm, n);
+#endif
+  scalar::attn_accumulate_int4(st, p, p_stride, rows, prm, n);
 }
 
 void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, float* s, size_t s_stride) {

@@ -1,5 +1,5 @@
-// Attention against int8 and int4 rows in integers. Scores: the query is quantized once per step to int8
-// (a scale per head, as llama.cpp quantizes its query to the keys' q8_0 type), and each key's
+// Attention against int8 and int4 rows in integers. Scores: the query is quantized once per row
+// to int8 (a scale per head, as llama.cpp quantizes its query to the keys' q8_0 type), and each key's
 // dot product is an exact integer sum (vpdpbusd with AVX-512 VNNI, pmaddubsw with AVX2), scaled
 // afterwards. A long-context step was spent in the f32 multiply-adds of the scores; the integer
 // dot does 4x the products per instruction. Every ISA computes the same integers and the same
@@ -36,7 +36,7 @@ bool integer_scores(const KvRowCodec& c, int group);
 // s[i * s_stride + j] for the g heads and the n encoded keys.
 void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, float* s, size_t s_stride);
 
-// Values: int8 rows summed in integers. The softmax weights of a block of up to 32 keys, each
+// Values: int8 and int4 rows summed in integers. The softmax weights of a block of up to 32 keys, each
 // times its row's scale, are quantized to 0..127 with one scale per head and block, and each
 // element's sum over the block is exact in integers (pmaddubsw / vpdpbusd on four keys at once);
 // in f32 a step was spent widening rows and in the multiply-adds of eight heads per row.
@@ -44,14 +44,25 @@ void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, flo
 // (bench/query_quant_kld.py measures what the rounding of the weights costs.) Every ISA computes
 // the same integers and float operations, so the SIMD paths are bit-identical to the scalar twin.
 constexpr int kValueBlock = 32;
-// Whether int8 value rows are summed in integers for groups of `group` query heads: as integer_scores.
+// int4 rows (groups of 32 elements with a scale s and a zero point z: v = s * nibble + z) the
+// same way per group, with the scale folded into the weights, and the zero points' share
+// sum_j p_j * z_j added in f32 (keys in order):
+//   acc = fma(ws, float(sum_j u_j * nibble_j), acc) + sum_j p_j * z_j
+// Whether value rows are summed in integers for groups of `group` query heads: int8 and int4, as
+// integer_scores.
 bool integer_values(const KvRowCodec& c, int group);
 // Adds keys [0, n): rows[j] is key j's codes for this KV head and sv[j] its scale, weighted by
 // p[i * p_stride + j], to st.acc, in blocks of kValueBlock keys from the first.
-void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const int8_t* const* rows, const float* sv, int n);
+void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* sv, int n);
+// The same for int4 rows: rows[j] is key j's first group (16 bytes a group) for this KV head and
+// prm[j] that group's (scale, zero point), the head's groups following.
+void attn_accumulate_int4(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* const* prm,
+                          int n);
 
 namespace scalar {
-void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const int8_t* const* rows, const float* sv, int n);
+void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* sv, int n);
+void attn_accumulate_int4(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* const* prm,
+                          int n);
 void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, float* s, size_t s_stride);
 }
 
