@@ -169,102 +169,63 @@ TEST(IsaKernels, IntegerScoresMatchScalarTwinBitForBitAndTheDecodedKeys) {
   }
 }
 
-// Integer value sums: the SIMD paths against the scalar twin bit for bit, and both against the
-// exact weighted sum within the weights' rounding: per block, |error| <= ws / 2 * sum_j |c_j| per
-// element (plus float rounding), ws the block's largest weight over 127.
+// Integer value sums of int8 and int4 rows: the SIMD paths against the scalar twin bit for bit,
+// and both against the exact weighted sum within the weights' rounding: per block and group,
+// |error| <= ws / 2 * sum_j |c_j| per element (plus float rounding), ws the largest weight (times
+// the row's scale) over 127. int8: v = s * c, one scale a head; int4: v = s * nibble + z per group
+// of 32 elements, the zero points' share exact in f32.
 TEST(IsaKernels, IntegerValueSumsMatchScalarTwinBitForBitAndTheExactSums) {
   auto check = [](bool simd) {
     std::mt19937 rng(7);
-    for (int hd : {32, 64, 128, 256})
-      for (int g : {4, 7, 8, 12})
-        for (int n : {1, 5, 32, 37, 100}) {
-          std::vector<uint8_t> codes(static_cast<size_t>(n) * hd + 31);  // rows misaligned by 31 bytes
-          std::uniform_int_distribution<int> c8(0, 255);
-          for (auto& c : codes) c = static_cast<uint8_t>(c8(rng));
-          std::vector<const uint8_t*> rows(n);
-          for (int j = 0; j < n; ++j) rows[j] = codes.data() + 31 + static_cast<size_t>(j) * hd;
-          std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-          std::vector<float> sv(n), p(static_cast<size_t>(g) * (n + 3));
-          for (auto& x : sv) x = 0.01f + unit(rng);
-          for (auto& x : p) x = unit(rng) < 0.1f ? 0.0f : std::exp(-8.0f * unit(rng));  // softmax-like, some zero
-          const size_t ps = n + 3;
-          std::vector<float> m(g), l(g), acc1(static_cast<size_t>(g) * hd), acc2;
-          for (auto& x : acc1) x = unit(rng) - 0.5f;
-          acc2 = acc1;
-          const std::vector<float> acc0 = acc1;
-          AttnState s1{g, hd, m.data(), l.data(), acc1.data()}, s2{g, hd, m.data(), l.data(), acc2.data()};
-          if (simd) attn_accumulate_int8(s1, p.data(), ps, rows.data(), sv.data(), n);
-          else scalar::attn_accumulate_int8(s1, p.data(), ps, rows.data(), sv.data(), n);
-          scalar::attn_accumulate_int8(s2, p.data(), ps, rows.data(), sv.data(), n);
-          ASSERT_EQ(std::memcmp(acc1.data(), acc2.data(), acc1.size() * 4), 0) << "hd " << hd << " g " << g << " n " << n;
-          for (int i = 0; i < g; ++i)
-            for (int d = 0; d < hd; ++d) {
-              double exact = acc0[i * hd + d], bound = 1e-5 * (1 + std::fabs(acc0[i * hd + d]));
-              for (int j0 = 0; j0 < n; j0 += kValueBlock) {
-                double wmax = 0, abs_c = 0;
-                for (int j = j0; j < std::min(n, j0 + kValueBlock); ++j) {
-                  const double w = double(p[i * ps + j]) * sv[j];
-                  const int c = static_cast<int8_t>(rows[j][d]);
-                  exact += w * c, wmax = std::max(wmax, w), abs_c += std::abs(c);
-                }
-                bound += 0.5 * wmax / 127 * abs_c * 1.001 + 1e-6 * wmax * abs_c;
-              }
-              ASSERT_LE(std::fabs(acc1[i * hd + d] - exact), bound) << "hd " << hd << " g " << g << " n " << n << " head " << i;
-            }
-        }
-  };
-  for_each_simd_isa([&] { check(true); });
-  check(false);  // the scalar twin itself against the exact sums, on any CPU
-}
-
-// int4 value rows: per group of 32 elements v = s * nibble + z; the weights (times s) rounded as
-// for int8, the zero points' share exact in f32.
-TEST(IsaKernels, IntegerInt4ValueSumsMatchScalarTwinBitForBitAndTheExactSums) {
-  auto check = [](bool simd) {
-    std::mt19937 rng(11);
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-    for (int hd : {32, 64, 128, 256})
-      for (int g : {4, 7, 8, 12})
-        for (int n : {1, 5, 32, 37, 100}) {
-          const int G = hd / 32;
-          std::vector<uint8_t> bytes(static_cast<size_t>(n) * hd / 2 + 7);  // rows misaligned by 7 bytes
-          std::uniform_int_distribution<int> b8(0, 255);
-          for (auto& b : bytes) b = static_cast<uint8_t>(b8(rng));
-          // (scale, zero point) pairs from offset 1: scales positive (odd indices), zero points of either sign.
-          std::vector<float> params(static_cast<size_t>(n) * 2 * G + 1);
-          for (size_t x = 0; x < params.size(); ++x) params[x] = x % 2 == 1 ? 0.01f + unit(rng) : unit(rng) - 0.5f;
-          std::vector<const uint8_t*> rows(n);
-          std::vector<const float*> prm(n);
-          for (int j = 0; j < n; ++j) rows[j] = bytes.data() + 7 + static_cast<size_t>(j) * hd / 2, prm[j] = params.data() + 1 + static_cast<size_t>(j) * 2 * G;
-          const size_t ps = n + 3;
-          std::vector<float> p(g * ps);
-          for (auto& x : p) x = unit(rng) < 0.1f ? 0.0f : std::exp(-8.0f * unit(rng));
-          std::vector<float> m(g), l(g), acc1(static_cast<size_t>(g) * hd), acc2;
-          for (auto& x : acc1) x = unit(rng) - 0.5f;
-          acc2 = acc1;
-          const std::vector<float> acc0 = acc1;
-          AttnState s1{g, hd, m.data(), l.data(), acc1.data()}, s2{g, hd, m.data(), l.data(), acc2.data()};
-          if (simd) attn_accumulate_int4(s1, p.data(), ps, rows.data(), prm.data(), n);
-          else scalar::attn_accumulate_int4(s1, p.data(), ps, rows.data(), prm.data(), n);
-          scalar::attn_accumulate_int4(s2, p.data(), ps, rows.data(), prm.data(), n);
-          ASSERT_EQ(std::memcmp(acc1.data(), acc2.data(), acc1.size() * 4), 0) << "hd " << hd << " g " << g << " n " << n;
-          for (int i = 0; i < g; ++i)
-            for (int d = 0; d < hd; ++d) {
-              const int gr = d / 32;
-              double exact = acc0[i * hd + d], bound = 1e-5 * (1 + std::fabs(acc0[i * hd + d]));
-              for (int j0 = 0; j0 < n; j0 += kValueBlock) {
-                double wmax = 0, abs_c = 0, zabs = 0;
-                for (int j = j0; j < std::min(n, j0 + kValueBlock); ++j) {
-                  const int nib = (rows[j][d / 2] >> (4 * (d % 2))) & 0xF;
-                  const double w = double(p[i * ps + j]) * prm[j][2 * gr];
-                  exact += w * nib + double(p[i * ps + j]) * prm[j][2 * gr + 1];
-                  wmax = std::max(wmax, w), abs_c += nib, zabs += std::fabs(double(p[i * ps + j]) * prm[j][2 * gr + 1]);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (DType t : {DType::Int8, DType::Int4})
+      for (int hd : {32, 64, 128, 256})
+        for (int g : {4, 7, 8, 12})
+          for (int n : {1, 5, 32, 37, 100}) {
+            const bool i8 = t == DType::Int8;
+            const int row_bytes = i8 ? hd : hd / 2, n_prm = i8 ? 1 : 2 * (hd / 32);
+            // Rows misaligned by 31 bytes, every byte value; parameters from offset 1: int8 scales
+            // positive, int4 (scale, zero point) pairs with positive scales and zero points of either sign.
+            std::vector<uint8_t> bytes(static_cast<size_t>(n) * row_bytes + 31);
+            for (auto& b : bytes) b = static_cast<uint8_t>(byte(rng));
+            std::vector<float> params(static_cast<size_t>(n) * n_prm + 1);
+            for (size_t x = 0; x < params.size(); ++x) params[x] = i8 || x % 2 == 1 ? 0.01f + unit(rng) : unit(rng) - 0.5f;
+            std::vector<const uint8_t*> rows(n);
+            std::vector<const float*> prm(n);
+            for (int j = 0; j < n; ++j)
+              rows[j] = bytes.data() + 31 + static_cast<size_t>(j) * row_bytes, prm[j] = params.data() + 1 + static_cast<size_t>(j) * n_prm;
+            const size_t ps = n + 3;
+            std::vector<float> p(g * ps);
+            for (auto& x : p) x = unit(rng) < 0.1f ? 0.0f : std::exp(-8.0f * unit(rng));  // softmax-like, some zero
+            std::vector<float> m(g), l(g), acc1(static_cast<size_t>(g) * hd), acc2;
+            for (auto& x : acc1) x = unit(rng) - 0.5f;
+            acc2 = acc1;
+            const std::vector<float> acc0 = acc1;
+            AttnState s1{g, hd, m.data(), l.data(), acc1.data()}, s2{g, hd, m.data(), l.data(), acc2.data()};
+            if (simd) attn_accumulate_quantized(t, s1, p.data(), ps, rows.data(), prm.data(), n);
+            else scalar::attn_accumulate_quantized(t, s1, p.data(), ps, rows.data(), prm.data(), n);
+            scalar::attn_accumulate_quantized(t, s2, p.data(), ps, rows.data(), prm.data(), n);
+            ASSERT_EQ(std::memcmp(acc1.data(), acc2.data(), acc1.size() * 4), 0)
+                << dtype_name(t) << " hd " << hd << " g " << g << " n " << n;
+            for (int i = 0; i < g; ++i)
+              for (int d = 0; d < hd; ++d) {
+                double exact = acc0[i * hd + d], bound = 1e-5 * (1 + std::fabs(acc0[i * hd + d]));
+                for (int j0 = 0; j0 < n; j0 += kValueBlock) {
+                  double wmax = 0, abs_c = 0, zabs = 0;
+                  for (int j = j0; j < std::min(n, j0 + kValueBlock); ++j) {
+                    const int c = i8 ? static_cast<int8_t>(rows[j][d]) : (rows[j][d / 2] >> (4 * (d % 2))) & 0xF;
+                    const double sc = i8 ? prm[j][0] : prm[j][2 * (d / 32)], z = i8 ? 0.0 : prm[j][2 * (d / 32) + 1];
+                    const double w = double(p[i * ps + j]) * sc;
+                    exact += w * c + double(p[i * ps + j]) * z;
+                    wmax = std::max(wmax, w), abs_c += std::abs(c), zabs += std::fabs(double(p[i * ps + j]) * z);
+                  }
+                  bound += 0.5 * wmax / 127 * abs_c * 1.001 + 1e-6 * (wmax * abs_c + zabs);
                 }
-                bound += 0.5 * wmax / 127 * abs_c * 1.001 + 1e-6 * (wmax * abs_c + zabs);
+                ASSERT_LE(std::fabs(acc1[i * hd + d] - exact), bound)
+                    << dtype_name(t) << " hd " << hd << " g " << g << " n " << n << " head " << i;
               }
-              ASSERT_LE(std::fabs(acc1[i * hd + d] - exact), bound) << "hd " << hd << " g " << g << " n " << n << " head " << i;
-            }
-        }
+          }
   };
   for_each_simd_isa([&] { check(true); });
   check(false);  // the scalar twin itself against the exact sums, on any CPU

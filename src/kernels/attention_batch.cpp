@@ -120,7 +120,6 @@ class Attender {
     std::vector<int> qq_row;     // per KV head, the row its qq was prepared for (-1: none)
     std::vector<const uint8_t*> vrows;  // a span's encoded value rows of one KV head (integer value sums)
     std::vector<const float*> vprm;     // and their parameters (int8: the scale; int4: the first group's)
-    std::vector<float> vscale;          // int8: the scales themselves
   };
   Scratch scratch() const {
     Scratch w;
@@ -128,7 +127,7 @@ class Attender {
     w.deq.resize(static_cast<size_t>(kSpan) * hd_);
     w.qq.resize(b_.n_kv_heads);
     w.qq_row.assign(b_.n_kv_heads, -1);
-    w.vrows.resize(kSpan), w.vprm.resize(kSpan), w.vscale.resize(kSpan);
+    w.vrows.resize(kSpan), w.vprm.resize(kSpan);
     return w;
   }
 
@@ -245,15 +244,10 @@ class Attender {
             for (int x = 0; x < cnt; ++x) {
               w.vrows[off + x] = vr.data + x * db + at;
               w.vprm[off + x] = vr.params + x * pn + pat;
-              w.vscale[off + x] = *w.vprm[off + x];
             }
             return true;
           });
-      if (seq.kv.codec->dtype == DType::Int8) {
-        attn_accumulate_int8(st, s, kSpan, w.vrows.data(), w.vscale.data(), enc_to - j0);
-      } else {
-        attn_accumulate_int4(st, s, kSpan, w.vrows.data(), w.vprm.data(), enc_to - j0);
-      }
+      attn_accumulate_quantized(seq.kv.codec->dtype, st, s, kSpan, w.vrows.data(), w.vprm.data(), enc_to - j0);
     }
     const float* sr = s + (enc_to - j0);  // the weights of the rest
     for_runs(

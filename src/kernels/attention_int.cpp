@@ -63,9 +63,10 @@ inline float block_weights(const float* p, const float* sv, int n, uint8_t* u) {
   return ws;
 }
 
-// int4: group gr's scales and zero points of a block's keys.
-inline void group_params(const float* const* prm, int gr, int n, float* s, float* z) {
-  for (int x = 0; x < n; ++x) s[x] = prm[x][2 * gr], z[x] = prm[x][2 * gr + 1];
+// Parameter `at` of a block's keys (int8: 0, the scale; int4 group gr: 2 gr its scale, 2 gr + 1
+// its zero point), into one array.
+inline void param_column(const float* const* prm, int at, int n, float* out) {
+  for (int x = 0; x < n; ++x) out[x] = prm[x][at];
 }
 // The zero points' share of one head: eight running sums (key x into sum x % 8, as the SIMD twin's
 // lanes; one chain of 32 dependent multiply-adds was most of an int4 step), added pairwise.
@@ -78,15 +79,34 @@ inline float zero_share(const float* p, const float* z, int n) {
 }  // namespace
 
 namespace scalar {
-void attn_accumulate_int4(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* const* prm,
-                          int n) {
+namespace {
+void values_int8(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* const* prm, int n) {
+  const int hd = st.hd;
+  uint8_t u[kValueBlock];
+  float sv[kValueBlock];
+  std::vector<int32_t> sums(hd);
+  for (int j0 = 0; j0 < n; j0 += kValueBlock) {
+    const int nb = std::min(kValueBlock, n - j0);
+    param_column(prm + j0, 0, nb, sv);
+    for (int i = 0; i < st.g; ++i) {
+      const float ws = block_weights(p + i * p_stride + j0, sv, nb, u);
+      std::fill(sums.begin(), sums.end(), 0);
+      for (int j = 0; j < nb; ++j)
+        for (int d = 0; d < hd; ++d) sums[d] += u[j] * static_cast<int8_t>(rows[j0 + j][d]);
+      float* acc = st.acc + static_cast<size_t>(i) * hd;
+      for (int d = 0; d < hd; ++d) acc[d] = std::fma(ws, static_cast<float>(sums[d]), acc[d]);
+    }
+  }
+}
+
+void values_int4(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* const* prm, int n) {
   const int hd = st.hd, G = hd / 32;
   uint8_t u[kValueBlock];
   float s[kValueBlock], z[kValueBlock];
   for (int j0 = 0; j0 < n; j0 += kValueBlock) {
     const int nb = std::min(kValueBlock, n - j0);
     for (int gr = 0; gr < G; ++gr) {
-      group_params(prm + j0, gr, nb, s, z);
+      param_column(prm + j0, 2 * gr, nb, s), param_column(prm + j0, 2 * gr + 1, nb, z);
       for (int i = 0; i < st.g; ++i) {
         const float* pi = p + i * p_stride + j0;
         const float ws = block_weights(pi, s, nb, u), zs = zero_share(pi, z, nb);
@@ -100,22 +120,11 @@ void attn_accumulate_int4(AttnState& st, const float* p, size_t p_stride, const 
     }
   }
 }
+}  // namespace
 
-void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* sv, int n) {
-  const int hd = st.hd;
-  uint8_t u[kValueBlock];
-  std::vector<int32_t> sums(hd);
-  for (int j0 = 0; j0 < n; j0 += kValueBlock) {
-    const int nb = std::min(kValueBlock, n - j0);
-    for (int i = 0; i < st.g; ++i) {
-      const float ws = block_weights(p + i * p_stride + j0, sv + j0, nb, u);
-      std::fill(sums.begin(), sums.end(), 0);
-      for (int j = 0; j < nb; ++j)
-        for (int d = 0; d < hd; ++d) sums[d] += u[j] * static_cast<int8_t>(rows[j0 + j][d]);
-      float* acc = st.acc + static_cast<size_t>(i) * hd;
-      for (int d = 0; d < hd; ++d) acc[d] = std::fma(ws, static_cast<float>(sums[d]), acc[d]);
-    }
-  }
+void attn_accumulate_quantized(DType t, AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows,
+                               const float* const* prm, int n) {
+  return t == DType::Int8 ? values_int8(st, p, p_stride, rows, prm, n) : values_int4(st, p, p_stride, rows, prm, n);
 }
 
 void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, float* s, size_t s_stride) {
@@ -184,23 +193,19 @@ namespace avx512 {
 #endif
 #endif  // KVLM_X86
 
-void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* sv, int n) {
-  KVLM_CHECK(st.hd % 32 == 0 && st.hd <= 256, "integer value sums take head sizes of 32s up to 256");
+void attn_accumulate_quantized(DType t, AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows,
+                               const float* const* prm, int n) {
+  KVLM_CHECK((t == DType::Int8 || t == DType::Int4) && st.hd % 32 == 0 && st.hd <= 256,
+             "integer value sums take int8 or int4 rows with head sizes of 32s up to 256");
 #if KVLM_X86
-  if (isa_at_least(Isa::Avx512)) return avx512::values_int8(st, p, p_stride, rows, sv, n);
-  if (isa_at_least(Isa::Avx2)) return avx2::values_int8(st, p, p_stride, rows, sv, n);
+  if (isa_at_least(Isa::Avx512)) {
+    return t == DType::Int8 ? avx512::values_int8(st, p, p_stride, rows, prm, n) : avx512::values_int4(st, p, p_stride, rows, prm, n);
+  }
+  if (isa_at_least(Isa::Avx2)) {
+    return t == DType::Int8 ? avx2::values_int8(st, p, p_stride, rows, prm, n) : avx2::values_int4(st, p, p_stride, rows, prm, n);
+  }
 #endif
-  scalar::attn_accumulate_int8(st, p, p_stride, rows, sv, n);
-}
-
-void attn_accumulate_int4(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* const* prm,
-                          int n) {
-  KVLM_CHECK(st.hd % 32 == 0 && st.hd <= 256, "integer value sums take head sizes of 32s up to 256");
-#if KVLM_X86
-  if (isa_at_least(Isa::Avx512)) return avx512::values_int4(st, p, p_stride, rows, prm, n);
-  if (isa_at_least(Isa::Avx2)) return avx2::values_int4(st, p, p_stride, rows, prm, n);
-#endif
-  scalar::attn_accumulate_int4(st, p, p_stride, rows, prm, n);
+  scalar::attn_accumulate_quantized(t, st, p, p_stride, rows, prm, n);
 }
 
 void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, float* s, size_t s_stride) {

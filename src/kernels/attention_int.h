@@ -46,23 +46,21 @@ void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, flo
 constexpr int kValueBlock = 32;
 // int4 rows (groups of 32 elements with a scale s and a zero point z: v = s * nibble + z) the
 // same way per group, with the scale folded into the weights, and the zero points' share
-// sum_j p_j * z_j added in f32 (keys in order):
+// sum_j p_j * z_j added in f32 (eight running sums, key j into sum j % 8, added pairwise):
 //   acc = fma(ws, float(sum_j u_j * nibble_j), acc) + sum_j p_j * z_j
 // Whether value rows are summed in integers for groups of `group` query heads: int8 and int4, as
 // integer_scores.
 bool integer_values(const KvRowCodec& c, int group);
-// Adds keys [0, n): rows[j] is key j's codes for this KV head and sv[j] its scale, weighted by
-// p[i * p_stride + j], to st.acc, in blocks of kValueBlock keys from the first.
-void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* sv, int n);
-// The same for int4 rows: rows[j] is key j's first group (16 bytes a group) for this KV head and
-// prm[j] that group's (scale, zero point), the head's groups following.
-void attn_accumulate_int4(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* const* prm,
-                          int n);
+// Adds keys [0, n) of int8 or int4 (t) rows, weighted by p[i * p_stride + j], to st.acc, in blocks
+// of kValueBlock keys from the first. rows[j] is key j's bytes for this KV head (int4: its first
+// group, 16 bytes a group) and prm[j] its parameters for this head (int8: the scale; int4: the
+// first group's scale and zero point, the head's other groups following).
+void attn_accumulate_quantized(DType t, AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows,
+                               const float* const* prm, int n);
 
 namespace scalar {
-void attn_accumulate_int8(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* sv, int n);
-void attn_accumulate_int4(AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows, const float* const* prm,
-                          int n);
+void attn_accumulate_quantized(DType t, AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows,
+                               const float* const* prm, int n);
 void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, float* s, size_t s_stride);
 }
 
