@@ -73,6 +73,7 @@ namespace {
 
 constexpr int kSpan = 128;            // keys per online-softmax update
 constexpr int kChunk = 2 * kSpan;     // positions whose spans fold into one state before merging
+constexpr int kPiece = 32;            // positions read for every head in turn (a value block)
 
 // Merges state c (the next chunk of the same heads) into a: the softmax over both.
 void merge_state(AttnState& a, const AttnState& c) {
@@ -118,21 +119,21 @@ class Attender {
     std::vector<float> s, deq;
     std::vector<QuantQuery> qq;  // per KV head
     std::vector<int> qq_row;     // per KV head, the row its qq was prepared for (-1: none)
-    std::vector<const uint8_t*> vrows;  // a span's encoded value rows of one KV head (integer value sums)
+    std::vector<const uint8_t*> vrows;  // a piece's encoded value rows of one KV head (integer value sums)
     std::vector<const float*> vprm;     // and their parameters (int8: the scale; int4: the first group's)
   };
   Scratch scratch() const {
     Scratch w;
-    w.s.resize(static_cast<size_t>(group_) * kSpan);
+    w.s.resize(static_cast<size_t>(b_.n_kv_heads) * group_ * kSpan);  // a span's scores, every KV head's group
     w.deq.resize(static_cast<size_t>(kSpan) * hd_);
     w.qq.resize(b_.n_kv_heads);
     w.qq_row.assign(b_.n_kv_heads, -1);
-    w.vrows.resize(kSpan), w.vprm.resize(kSpan);
+    w.vrows.resize(kPiece), w.vprm.resize(kPiece);
     return w;
   }
 
-  // Folds chunk c of row t into the reset states st[0 .. g1 - g0) of KV heads [g0, g1): span by
-  // span, the heads inside each span, so a span's rows are read while they are in cache.
+  // Folds chunk c of row t into the reset states st[0 .. g1 - g0) of KV heads [g0, g1), span by
+  // span: every head's scores, their softmax updates, then every head's value sums.
   void fold_chunk(Scratch& w, int t, int c, int g0, int g1, const StateArray& st) const {
     const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
     auto [lo, p] = range(t);
@@ -148,16 +149,29 @@ class Attender {
         w.qq_row[g] = t;
       }
     }
-    prefetch_cached(seq, from, std::min(to, from + kSpan), g0, g1);
+    // Piece by piece, every head of [g0, g1) in turn: the rows are read in the order they are
+    // stored (32 rows of all the heads are one contiguous run, which the hardware prefetcher
+    // follows), not one head's slice a whole row apart, once per head (which needed explicit
+    // prefetches, and still came from memory slower). Scores and value sums are the same whatever
+    // the pieces.
+    const size_t s_per = static_cast<size_t>(group_) * kSpan;
     for (int j0 = from; j0 < to; j0 += kSpan) {
       const int j1 = std::min(to, j0 + kSpan);
+      for (int a = j0; a < j1; a += kPiece)
+        for (int g = g0; g < g1; ++g) scores(w, t, g, j0, a, std::min(j1, a + kPiece), int_scores, w.s.data() + (g - g0) * s_per);
       for (int g = g0; g < g1; ++g) {
-        // The next span's rows of this head, while this span runs: a span ahead of need, in
-        // bursts of one head (a burst of every head overflowed the miss queues).
-        prefetch_cached(seq, j1, std::min(to, j1 + kSpan), g, g + 1);
         AttnState a = st.at(g - g0);
-        span(w, t, g, j0, j1, int_scores, int_values, a);
+        attn_update(a, w.s.data() + (g - g0) * s_per, kSpan, j1 - j0);
       }
+      // Values: the encoded positions [j0, enc_to) summed in integers where they are int8 or int4
+      // rows of a large group (in blocks of 32 from fixed positions, which the pieces keep), the
+      // rest in f32.
+      const int enc_to = int_values ? std::max(j0, std::min({j1, pos0, seq.kv.hot_from})) : j0;
+      for (int a = j0; a < j1; a += kPiece)
+        for (int g = g0; g < g1; ++g) {
+          AttnState st_g = st.at(g - g0);
+          values(w, t, g, j0, a, std::min(j1, a + kPiece), enc_to, w.s.data() + (g - g0) * s_per, st_g);
+        }
     }
   }
 
@@ -170,55 +184,27 @@ class Attender {
     return b_.q + static_cast<size_t>(t) * b_.n_heads * hd_ + static_cast<size_t>(g) * group_ * hd_;
   }
 
-  // Asks for the cached K and V rows of positions [from, to), heads [g0, g1), before they are
-  // read: a head's slice of a row is one or a few cache lines, a whole row apart, and read one
-  // head at a time the rows came from memory at a fraction of its bandwidth.
-  void prefetch_cached(const AttentionSeq& seq, int from, int to, int g0, int g1) const {
-    const KvLayerView& kv = seq.kv;
-    to = std::min({to, seq.context_len, kv.hot_from});
-    const KvRowCodec* c = kv.codec;
-    const size_t row_bytes = c ? c->data_bytes() : kv_dim_ * sizeof(float);
-    const size_t head_bytes = row_bytes / b_.n_kv_heads, at = g0 * head_bytes, len = (g1 - g0) * head_bytes;
-    const size_t pn = c ? static_cast<size_t>(c->n_params()) : 0;
-    const uint8_t* kb = c ? kv.kq : reinterpret_cast<const uint8_t*>(kv.k);
-    const uint8_t* vb = c ? kv.vq : reinterpret_cast<const uint8_t*>(kv.v);
-    for (int j = from; j < to; ++j) {
-      size_t r;
-      if (kv.block_table) {
-        const int blk = kv.block_table[j / kv.block_size];
-        if (blk < 0) continue;
-        r = static_cast<size_t>(blk) * kv.block_size + j % kv.block_size;
-      } else {
-        r = static_cast<size_t>(j % kv.ring_rows);
-      }
-      for (size_t o = 0; o < len; o += 64) {
-        __builtin_prefetch(kb + r * row_bytes + at + o, 0, 2);  // to L2: a span is more than L1 holds
-        __builtin_prefetch(vb + r * row_bytes + at + o, 0, 2);
-      }
-      if (pn) {
-        __builtin_prefetch(kv.kp + r * pn, 0, 2);
-        __builtin_prefetch(kv.vp + r * pn, 0, 2);
-      }
+  // Calls fn(offset from a, rows, stride, count) for the f32 rows of positions [a, b) of row t's
+  // KV head g, and enc(offset, rows, count) first for encoded ones (see cached_runs).
+  template <class Fn, class Enc>
+  void rows_of(Scratch& w, int t, int g, int a, int b, bool values, Fn&& fn, Enc&& enc) const {
+    const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
+    const int pos0 = seq.context_len, row0 = seq.first_row;  // the sequence's first new row is at pos0
+    if (a < pos0) cached_runs(seq.kv, kv_dim_, hd_, g, a, std::min(pos0, b), values, w.deq.data(), fn, enc);
+    if (b > pos0) {
+      const int j = std::max(a, pos0);
+      const float* base = (values ? b_.v : b_.k) + static_cast<size_t>(row0 + j - pos0) * kv_dim_;
+      fn(j - a, base + g * hd_, static_cast<size_t>(kv_dim_), b - j);
     }
   }
 
-  // One span [j0, j1) of row t, KV head g: scores, the softmax update, the weighted values.
-  void span(Scratch& w, int t, int g, int j0, int j1, bool int_scores, bool int_values, AttnState& st) const {
-    const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
-    const int pos0 = seq.context_len, row0 = seq.first_row;  // the sequence's first new row is at pos0
+  // Scores of positions [a, b) of the span from j0, KV head g's query heads, into s (the span's
+  // scores of those heads, kSpan apart).
+  void scores(Scratch& w, int t, int g, int j0, int a, int b, bool int_scores, float* s) const {
     const float* qg = query(t, g);
-    float* s = w.s.data();
-    // Positions [from, to): cached ones from the view, then the sequence's own new rows.
-    auto for_runs = [&](int from, int to, bool values, auto&& fn, auto&& enc) {
-      if (from < pos0) cached_runs(seq.kv, kv_dim_, hd_, g, from, std::min(pos0, to), values, w.deq.data(), fn, enc);
-      if (to > pos0) {
-        const int j = std::max(from, pos0);
-        const float* base = (values ? b_.v : b_.k) + static_cast<size_t>(row0 + j - pos0) * kv_dim_;
-        fn(j - from, base + g * hd_, static_cast<size_t>(kv_dim_), to - j);
-      }
-    };
-    for_runs(
-        j0, j1, false,
+    s += a - j0;
+    rows_of(
+        w, t, g, a, b, false,
         [&](int off, const float* kr, size_t stride, int cnt) {
           attn_scores(qg, group_, hd_, b_.scale, kr, stride, cnt, s + off, kSpan);
         },
@@ -227,13 +213,17 @@ class Attender {
           attn_scores_quantized(w.qq[g], kr, cnt, s + off, kSpan);
           return true;
         });
-    attn_update(st, s, kSpan, j1 - j0);
-    // Values: the encoded positions [j0, enc_to) summed in integers where they are int8 or int4
-    // rows of a large group (by position, so every layout cuts the same blocks), the rest in f32.
-    const int enc_to = int_values ? std::max(j0, std::min({j1, pos0, seq.kv.hot_from})) : j0;
-    if (enc_to > j0) {
+  }
+
+  // Adds the values of positions [a, b) of the span from j0, weighted by s (as scores leaves it,
+  // after attn_update), to st: those below enc_to summed in integers, the rest in f32.
+  void values(Scratch& w, int t, int g, int j0, int a, int b, int enc_to, const float* s, AttnState& st) const {
+    const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
+    s += a - j0;
+    const int e = std::clamp(enc_to, a, b);
+    if (e > a) {
       cached_runs(
-          seq.kv, kv_dim_, hd_, g, j0, enc_to, true, nullptr,
+          seq.kv, kv_dim_, hd_, g, a, e, true, nullptr,
           [](int, const float*, size_t, int) { KVLM_CHECK(false, "an f32 row below the encoded positions' end"); },
           [&](int off, const EncodedRows& vr, int cnt) {
             const KvRowCodec& c = *vr.codec;
@@ -247,11 +237,11 @@ class Attender {
             }
             return true;
           });
-      attn_accumulate_quantized(seq.kv.codec->dtype, st, s, kSpan, w.vrows.data(), w.vprm.data(), enc_to - j0);
+      attn_accumulate_quantized(seq.kv.codec->dtype, st, s, kSpan, w.vrows.data(), w.vprm.data(), e - a);
     }
-    const float* sr = s + (enc_to - j0);  // the weights of the rest
-    for_runs(
-        enc_to, j1, true,
+    const float* sr = s + (e - a);  // the weights of the rest
+    rows_of(
+        w, t, g, e, b, true,
         [&](int off, const float* vr, size_t stride, int cnt) { attn_accumulate(st, sr + off, kSpan, vr, stride, cnt); },
         [&](int off, const EncodedRows& vr, int cnt) { return attn_accumulate_encoded(st, sr + off, kSpan, vr, cnt); });
   }
