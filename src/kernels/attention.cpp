@@ -373,16 +373,18 @@ bool with_encoded_rows(const EncodedRows& r, Fn&& fn) {
   const int hd = c.head_dim;
   if (hd % 8 != 0 || !isa_at_least(Isa::Avx2)) return false;
   const size_t db = c.data_bytes(), pn = static_cast<size_t>(c.n_params());
+  const uint8_t* data = r.data + c.head_data_offset(r.h);
+  const float* params = r.params + c.head_param_offset(r.h);
   switch (c.dtype) {
     case DType::BF16:
-      fn(Bf16Rows{reinterpret_cast<const uint16_t*>(r.data) + static_cast<size_t>(r.h) * hd, db / 2});
+      fn(Bf16Rows{reinterpret_cast<const uint16_t*>(data), db / 2});
       return true;
     case DType::Int8:
-      fn(Int8Rows{reinterpret_cast<const int8_t*>(r.data) + static_cast<size_t>(r.h) * hd, db, r.params + r.h, pn});
+      fn(Int8Rows{reinterpret_cast<const int8_t*>(data), db, params, pn});
       return true;
     case DType::Int4:
       if (hd % 32 != 0) return false;
-      fn(Int4Rows{r.data + static_cast<size_t>(r.h) * hd / 2, db, r.params + 2 * (r.h * hd / 32), pn});
+      fn(Int4Rows{data, db, params, pn});
       return true;
     default: return false;
   }

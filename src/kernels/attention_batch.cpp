@@ -125,7 +125,7 @@ class Attender {
   Scratch scratch() const {
     Scratch w;
     w.s.resize(static_cast<size_t>(b_.n_kv_heads) * group_ * kSpan);  // a span's scores, every KV head's group
-    w.deq.resize(static_cast<size_t>(kSpan) * hd_);
+    w.deq.resize(static_cast<size_t>(kDecodePiece) * hd_);  // cached_runs decodes this many rows at a time
     w.qq.resize(b_.n_kv_heads);
     w.qq_row.assign(b_.n_kv_heads, -1);
     w.vrows.resize(kPiece), w.vprm.resize(kPiece);
@@ -228,9 +228,7 @@ class Attender {
           [&](int off, const EncodedRows& vr, int cnt) {
             const KvRowCodec& c = *vr.codec;
             const size_t db = c.data_bytes(), pn = static_cast<size_t>(c.n_params());
-            const bool i8 = c.dtype == DType::Int8;
-            const size_t at = i8 ? static_cast<size_t>(g) * hd_ : static_cast<size_t>(g) * hd_ / 2;  // int4: 16 bytes per 32
-            const size_t pat = i8 ? static_cast<size_t>(g) : 2 * static_cast<size_t>(g) * (hd_ / 32);
+            const size_t at = c.head_data_offset(g), pat = c.head_param_offset(g);
             for (int x = 0; x < cnt; ++x) {
               w.vrows[off + x] = vr.data + x * db + at;
               w.vprm[off + x] = vr.params + x * pn + pat;
