@@ -12,6 +12,8 @@
 #include "core/half.h"
 #include "kernels/attention.h"
 #include "kernels/attention_batch.h"
+#include "kernels/attention_int.h"
+#include "kernels/kv_quant.h"
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
 #include "kernels/linear.h"
@@ -122,6 +124,46 @@ void BM_attention_span(benchmark::State& s) {
 }
 BENCHMARK(BM_attention_span<false>);
 BENCHMARK(BM_attention_span<true>);
+
+// The integer kernels over one span of 128 cached keys (rows of 4 KV heads of 64, in the L1/L2
+// caches) for a GQA group of 8 heads: range(0) 0 = int8 scores, 1 = int8 value sums, 2 = int4
+// scores, 3 = int4 value sums. Their own cost per key, without memory's.
+void BM_integer_span(benchmark::State& s) {
+  const int g = 8, hd = 64, n = 128, kv_dim = 256, kind = static_cast<int>(s.range(0));
+  const DType t = kind < 2 ? DType::Int8 : DType::Int4;
+  KvRowCodec codec{t, kv_dim, hd};
+  std::vector<uint8_t> data(codec.data_bytes() * n);
+  std::vector<float> prm(static_cast<size_t>(codec.n_params()) * n + 1);
+  for (int p = 0; p < n; ++p) {
+    auto r = randn(kv_dim, 100 + p);
+    codec.encode(r.data(), data.data() + p * codec.data_bytes(), prm.data() + static_cast<size_t>(p) * codec.n_params());
+  }
+  auto q = randn(g * hd, 9);
+  QuantQuery qq;
+  qq.prepare(t, q.data(), g, hd, 0.125f);
+  std::vector<float> sc(static_cast<size_t>(g) * n, 1.0f / n), m(g), l(g), acc(g * hd);
+  std::vector<const uint8_t*> rows(n);
+  std::vector<const float*> rp(n);
+  for (int p = 0; p < n; ++p) {
+    rows[p] = data.data() + p * codec.data_bytes() + codec.head_data_offset(1);
+    rp[p] = prm.data() + static_cast<size_t>(p) * codec.n_params() + codec.head_param_offset(1);
+  }
+  AttnState st{g, hd, m.data(), l.data(), acc.data()};
+  st.reset();
+  const EncodedRows er{&codec, data.data(), prm.data(), 1};
+  for (auto _ : s) {
+    if (kind % 2 == 0)
+      attn_scores_quantized(qq, er, n, sc.data(), n);
+    else
+      attn_accumulate_quantized(t, st, sc.data(), n, rows.data(), rp.data(), n);
+    benchmark::DoNotOptimize(sc.data());
+    benchmark::DoNotOptimize(acc.data());
+  }
+  s.counters["ns/key"] = benchmark::Counter(static_cast<double>(s.iterations()) * n, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  const char* names[] = {"int8 scores", "int8 values", "int4 scores", "int4 values"};
+  s.SetLabel(names[kind]);
+}
+BENCHMARK(BM_integer_span)->DenseRange(0, 3);
 
 // One decode step of one layer: TinyLlama's shape (32 query heads over 4 KV heads of 64) or, with
 // range(2) = 1, GPT-2's (12 heads of 64), over a contiguous cache of range(1) positions in the KV

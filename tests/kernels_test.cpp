@@ -1,10 +1,13 @@
 // Every dispatched SIMD kernel against its scalar twin, over sizes and misalignments.
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "engine/sampler.h"
 #include "kernels/dot.h"
 #include "kernels/ops.h"
+#include "kernels/vexp.h"
 #include "test_support.h"
 
 namespace kvlm {
@@ -94,6 +97,38 @@ TEST(Kernels, VectorActivationsMatchScalarTwins) {
   EXPECT_EQ(x[2], 200.0f);
   EXPECT_EQ(x[3], 0.0f);
 }
+
+#if KVLM_X86
+// Eight values through the general exp and the softmax's (x <= 0) one.
+__attribute__((target("avx2,fma"))) void both_exps(const float* x, float* general, float* nonpositive) {
+  _mm256_storeu_ps(general, exp8_avx2(_mm256_loadu_ps(x)));
+  _mm256_storeu_ps(nonpositive, exp8_nonpositive_avx2(_mm256_loadu_ps(x)));
+}
+
+// The softmax's exp gives the general one's results bit for bit wherever it is used: every x <= 0,
+// across the whole range (results that are subnormal included), below it, -inf and NaN.
+TEST(Kernels, SoftmaxExpIsTheGeneralExpBitForBitBelowZero) {
+  if (!isa_at_least(Isa::Avx2)) GTEST_SKIP() << "this CPU lacks avx2: that path is not tested here";
+  std::vector<float> x = {0.0f, -0.0f, -1e-30f, -87.3365448f, -87.3365f, -87.34f, -100.0f, -1e30f,
+                          -std::numeric_limits<float>::infinity(), std::nanf(""), -std::numeric_limits<float>::denorm_min(), -0.5f};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-90.0f, 0.0f);
+  for (int i = 0; i < 200000; ++i) x.push_back(u(rng));
+  for (float v = -88.0f; v <= -80.0f; v += 1e-3f) x.push_back(v);  // where results turn subnormal
+  while (x.size() % 8) x.push_back(-1.0f);
+  for (size_t i = 0; i < x.size(); i += 8) {
+    float a[8], b[8];
+    both_exps(x.data() + i, a, b);
+    for (int l = 0; l < 8; ++l) {
+      if (std::isnan(x[i + l])) {
+        ASSERT_TRUE(std::isnan(a[l]) && std::isnan(b[l]));
+        continue;
+      }
+      ASSERT_EQ(std::memcmp(&a[l], &b[l], 4), 0) << "x=" << x[i + l] << ": " << a[l] << " vs " << b[l];
+    }
+  }
+}
+#endif
 
 TEST(Kernels, NormsAndActivations) {
   std::vector<float> x = {1, 2, 3, 4}, w = {1, 1, 1, 1}, b = {0, 0, 0, 0}, out(4);

@@ -310,11 +310,11 @@ __attribute__((target("avx2,fma"))) float sum_avx2(const float* s, int n) {
 __attribute__((target("avx2,fma"))) void exp_minus_avx2(float* s, int n, float mx) {
   const __m256 m = _mm256_set1_ps(mx);
   int j = 0;
-  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), m)));
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, exp8_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), m)));
   if (j == n) return;
   alignas(32) float t[8] = {};
   std::copy(s + j, s + n, t);
-  _mm256_store_ps(t, exp8_avx2(_mm256_sub_ps(_mm256_load_ps(t), m)));
+  _mm256_store_ps(t, exp8_nonpositive_avx2(_mm256_sub_ps(_mm256_load_ps(t), m)));
   std::copy(t, t + (n - j), s + j);
 }
 

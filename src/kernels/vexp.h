@@ -36,5 +36,31 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8_avx2(__m256 x) {
   return _mm256_blendv_ps(y, in, nan);  // NaN stays NaN
 }
 
+// exp8_avx2 for x <= 0 (and NaN), as the softmax takes it (a score less the span's max): no
+// overflow to guard, and 2^n (n >= -126) is one normal float, so the scale is one multiply. The
+// same results as exp8_avx2 bit for bit: multiplying by 2^n in one step or two rounds once either
+// way. A tenth of a long-context int8 step was spent in exp; this drops a third of its operations.
+__attribute__((target("avx2,fma"))) inline __m256 exp8_nonpositive_avx2(__m256 x) {
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q), in = x;
+  const __m256 lo = _mm256_set1_ps(-87.3365448f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));  // >= 1
+  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+  y = _mm256_andnot_ps(under, y);  // below the range: 0
+  return _mm256_blendv_ps(y, in, nan);
+}
+
 }  // namespace kvlm
 #endif  // KVLM_X86
