@@ -127,9 +127,9 @@ const std::vector<int>& KvCache::blocks() const {
 void ContiguousKvCache::clear() {
   // Memory follows need: a cleared cache holds nothing until positions arrive again.
   for (auto* rows : {&k_, &v_, &kp_, &vp_})
-    for (auto& r : *rows) std::vector<float>().swap(r);
+    for (auto& r : *rows) r.clear();
   for (auto* rows : {&kq_, &vq_})
-    for (auto& r : *rows) std::vector<uint8_t>().swap(r);
+    for (auto& r : *rows) r.clear();
   rows_ = length_ = 0;
 }
 
