@@ -218,7 +218,7 @@ void BM_attention_decode(benchmark::State& s) {
   s.SetBytesProcessed(static_cast<int64_t>(s.iterations() * 2 * static_cast<size_t>(ctx) * codec.bytes()));
   s.SetLabel(std::string(gpt2 ? "gpt2 " : "tinyllama ") + dtype_name(t));
 }
-BENCHMARK(BM_attention_decode)->ArgsProduct({{0, 1, 2, 3}, {1024, 16384}, {0}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_attention_decode)->ArgsProduct({{0, 1, 2, 3}, {1024, 4096, 16384}, {0}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_attention_decode)->ArgsProduct({{0, 1, 2, 3}, {896}, {1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The same step through ContiguousKvCache, as `kvlm bench --decode-at` runs it, every layer's

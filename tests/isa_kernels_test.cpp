@@ -137,6 +137,26 @@ void expect_within_query_rounding(const QuantQuery& qq, const EncodedKv& kv, int
     }
 }
 
+// A head's f32 scores do not depend on the group it is scored with: eight heads at a time, four,
+// one, and a lone head's keys four at a time all sum a key's products in the same tree. (Runs of
+// the cache are cut differently by layout; contiguous and paged caches must agree bit for bit.)
+TEST(IsaKernels, F32ScoresOfAHeadAreTheSameInEveryGroupSize) {
+  for_each_simd_isa([] {
+    for (int hd : {8, 64, 128})
+      for (int g : {4, 5, 8, 12, 13, 16}) {
+        const int n = 37;
+        const size_t stride = static_cast<size_t>(hd) * 3 + 5;  // misaligned rows
+        auto q = randn(static_cast<size_t>(g) * hd, 7 + g), k = randn(n * stride, 8 + hd);
+        std::vector<float> all(static_cast<size_t>(g) * n), one(n);
+        attn_scores(q.data(), g, hd, 0.3f, k.data() + 1, stride, n, all.data(), n);
+        for (int i = 0; i < g; ++i) {
+          attn_scores(q.data() + static_cast<size_t>(i) * hd, 1, hd, 0.3f, k.data() + 1, stride, n, one.data(), n);
+          ASSERT_EQ(std::memcmp(one.data(), all.data() + static_cast<size_t>(i) * n, n * 4), 0) << "hd " << hd << " g " << g << " head " << i;
+        }
+      }
+  });
+}
+
 TEST(IsaKernels, IntegerScoresMatchScalarTwinBitForBitAndTheDecodedKeys) {
   for_each_simd_isa([] {
     for (DType t : {DType::Int8, DType::Int4})

@@ -98,6 +98,13 @@ __attribute__((target("avx2,fma"))) inline __m128 reduce4(__m256 a0, __m256 a1, 
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+// Eight at once with the same tree per vector as reduce4: [a0 .. a7] summed lane-wise.
+__attribute__((target("avx2,fma"))) inline __m256 reduce8(const __m256* a) {
+  const __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20), _mm256_permute2f128_ps(h0123, h4567, 0x31));
+}
+
 // One dot product with reduce4's summation tree, so a key's score does not depend on whether it
 // was computed in a batch of four (runs of the cache split batches differently by layout).
 template <class Rows>
@@ -114,10 +121,22 @@ __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int 
                                                       float* s, size_t s_stride) {
   const __m128 sc = _mm_set1_ps(scale);
   alignas(16) float r[4];
-  if (g >= 4) {  // GQA: four query heads of the group per key
+  if (g >= 4) {  // GQA: eight (or four) query heads of the group per key
     for (int j = 0; j < n; ++j) {
       k.prefetch(j + kAhead, hd);
       int i = 0;
+      for (; i + 8 <= g; i += 8) {  // each element of the key loaded (and widened) once for eight heads
+        const float* q0 = q + static_cast<size_t>(i) * hd;
+        __m256 a[8];
+        for (int x = 0; x < 8; ++x) a[x] = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d += 8) {
+          const __m256 kv = k.load8(j, d);
+          for (int x = 0; x < 8; ++x) a[x] = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + x * hd + d), kv, a[x]);
+        }
+        alignas(32) float r8[8];
+        _mm256_store_ps(r8, _mm256_mul_ps(reduce8(a), _mm256_set1_ps(scale)));
+        for (int x = 0; x < 8; ++x) s[(i + x) * s_stride + j] = r8[x];
+      }
       for (; i + 4 <= g; i += 4) {
         const float* q0 = q + static_cast<size_t>(i) * hd;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
