@@ -70,10 +70,10 @@ struct Int4Rows {
     const int gi = d / 32, o = d % 32;
     uint32_t w;
     std::memcpy(&w, p + j * stride + gi * 16 + o / 2, 4);
-    const __m256i bytes = _mm256_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(w)));
-    const __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi32(0xF)), hi = _mm256_srli_epi32(bytes, 4);
-    const __m256i pick = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-    const __m256i q = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(lo, pick), _mm256_permutevar8x32_epi32(hi, pick), 0xAA);
+    // Each byte twice (b0 b0 b1 b1 ..), one per lane, then shifted by 0 or 4: elements in order.
+    const __m128i b = _mm_cvtsi32_si128(static_cast<int>(w));
+    const __m256i twice = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+    const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(twice, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), _mm256_set1_epi32(0xF));
     const float* sz = prm + j * pstride + 2 * gi;
     return _mm256_fmadd_ps(_mm256_set1_ps(sz[0]), _mm256_cvtepi32_ps(q), _mm256_set1_ps(sz[1]));
   }
