@@ -194,11 +194,13 @@ class Attender {
   // where a head's part of a row is at most one cache line (int8, int4 at head sizes up to 64s
   // and 128s): one line a whole row apart is a pattern the hardware prefetcher follows late (an
   // int8 step at 16K spent a third longer with its KV in memory than in the caches); the wider
-  // parts of f32 and bf16 rows it follows, and asking for them measured slower.
+  // parts of f32 and bf16 rows it follows, and asking for them measured slower. And only for
+  // groups of 4+ heads: with one head per KV head a line is 64 multiply-adds, and the requests
+  // cost GPT-2's int8 step at 896 positions 15%.
   void prefetch_rows(int t, int g, int a, int b, bool values, bool params) const {
     const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
     const KvRowCodec* codec = seq.kv.codec;
-    if (!codec || codec->data_bytes() / (kv_dim_ / hd_) > 64) return;
+    if (!codec || codec->data_bytes() / (kv_dim_ / hd_) > 64 || group_ < 4) return;
     b = std::min({b, seq.context_len, seq.kv.hot_from, range(t).second + 1});
     if (a >= b) return;
     cached_runs(
