@@ -141,6 +141,7 @@ class Attender {
     const int pos0 = seq.context_len;
     const KvRowCodec* codec = from < pos0 ? seq.kv.codec : nullptr;
     const bool int_scores = codec && integer_scores(*codec, group_), int_values = codec && integer_values(*codec, group_);
+    const bool ask_ahead = asks_ahead(seq.kv.codec);
     for (int g = g0; g < g1; ++g) {
       AttnState a = st.at(g - g0);
       a.reset();
@@ -159,7 +160,7 @@ class Attender {
       const int j1 = std::min(to, j0 + kSpan);
       for (int a = j0; a < j1; a += kPiece)
         for (int g = g0; g < g1; ++g) {
-          prefetch_rows(t, g, a + kPiece, a + 2 * kPiece, false, g == g0);
+          if (ask_ahead) prefetch_rows(t, g, a + kPiece, a + 2 * kPiece, false, g == g0);
           scores(w, t, g, j0, a, std::min(j1, a + kPiece), int_scores, w.s.data() + (g - g0) * s_per);
         }
       for (int g = g0; g < g1; ++g) {
@@ -172,7 +173,7 @@ class Attender {
       const int enc_to = int_values ? std::max(j0, std::min({j1, pos0, seq.kv.hot_from})) : j0;
       for (int a = j0; a < j1; a += kPiece)
         for (int g = g0; g < g1; ++g) {
-          prefetch_rows(t, g, a + kPiece, a + 2 * kPiece, true, g == g0);
+          if (ask_ahead) prefetch_rows(t, g, a + kPiece, a + 2 * kPiece, true, g == g0);
           AttnState st_g = st.at(g - g0);
           values(w, t, g, j0, a, std::min(j1, a + kPiece), enc_to, w.s.data() + (g - g0) * s_per, st_g);
         }
@@ -188,29 +189,32 @@ class Attender {
     return b_.q + static_cast<size_t>(t) * b_.n_heads * hd_ + static_cast<size_t>(g) * group_ * hd_;
   }
 
+  // Whether prefetch_rows asks for a sequence's cached rows: only where a head's part of a row
+  // is at most one cache line (int8, int4 at head sizes up to 64s and 128s). One line a whole
+  // row apart is a pattern the hardware prefetcher follows late (an int8 step at 16K spent a
+  // third longer with its KV in memory than in the caches); the wider parts of f32 and bf16 rows
+  // it follows, and asking for them measured slower. And only for groups of 4+ heads: with one
+  // head per KV head a line is 64 multiply-adds, and the requests cost GPT-2's int8 step at 896
+  // positions 15%.
+  bool asks_ahead(const KvRowCodec* codec) const { return codec && codec->head_data_bytes() <= 64 && group_ >= 4; }
+
   // Asks for KV head g's part of the encoded rows [a, b) of row t (keys or values), and with
   // `params` every head's parameters of those rows, to be brought into the caches: a piece ahead
-  // of the one being read, one head at a time, so the requests are spread over the work. Only
-  // where a head's part of a row is at most one cache line (int8, int4 at head sizes up to 64s
-  // and 128s): one line a whole row apart is a pattern the hardware prefetcher follows late (an
-  // int8 step at 16K spent a third longer with its KV in memory than in the caches); the wider
-  // parts of f32 and bf16 rows it follows, and asking for them measured slower. And only for
-  // groups of 4+ heads: with one head per KV head a line is 64 multiply-adds, and the requests
-  // cost GPT-2's int8 step at 896 positions 15%.
+  // of the one being read, one head at a time, so the requests are spread over the work. For
+  // sequences where asks_ahead holds.
   void prefetch_rows(int t, int g, int a, int b, bool values, bool params) const {
     const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
-    const KvRowCodec* codec = seq.kv.codec;
-    if (!codec || codec->data_bytes() / (kv_dim_ / hd_) > 64 || group_ < 4) return;
+    const KvRowCodec& codec = *seq.kv.codec;
     b = std::min({b, seq.context_len, seq.kv.hot_from, range(t).second + 1});
     if (a >= b) return;
     cached_runs(
         seq.kv, kv_dim_, hd_, g, a, b, values, nullptr, [](int, const float*, size_t, int) {},
         [&](int, const EncodedRows& r, int cnt) {
-          const size_t db = codec->data_bytes(), at = codec->head_data_offset(g);
+          const size_t db = codec.data_bytes(), at = codec.head_data_offset(g);
           for (int x = 0; x < cnt; ++x) __builtin_prefetch(r.data + x * db + at);
           if (params) {
             const char* p = reinterpret_cast<const char*>(r.params);
-            const size_t bytes = cnt * codec->n_params() * sizeof(float);
+            const size_t bytes = cnt * codec.n_params() * sizeof(float);
             for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
           }
           return true;

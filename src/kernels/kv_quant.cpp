@@ -112,7 +112,7 @@ __attribute__((target("avx2,fma"))) bool decode_rows_avx2(const KvRowCodec& c, c
                                                           int h, int n, float* out) {
   if (c.head_dim % 8 != 0 || (c.dtype == DType::Int4 && c.head_dim % 32 != 0)) return false;
   const size_t db = c.data_bytes(), pn = c.n_params();
-  const size_t head_bytes = db / (c.kv_dim / c.head_dim), head_at = c.head_data_offset(h);
+  const size_t head_bytes = c.head_data_bytes(), head_at = c.head_data_offset(h);
   for (int i = 0; i < n; ++i) {
     // Rows are a whole KV row apart: ask for the rows 8 ahead (see attention.cpp's prefetch).
     for (size_t o = 0; o < head_bytes; o += 64)

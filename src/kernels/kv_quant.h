@@ -23,9 +23,11 @@ struct KvRowCodec {
   size_t data_bytes() const;   // the packed values
   int n_params() const;        // f32 side values: scales (int8), scales + zeros (int4)
   size_t bytes() const { return data_bytes() + n_params() * sizeof(float); }
-  // Where head h's values, and its parameters, start in a row (the parameters' only where a head
-  // holds whole parameter groups: int8 always, int4 at head sizes of 32s).
-  size_t head_data_offset(int h) const { return data_bytes() / (kv_dim / head_dim) * h; }
+  // One head's share of a row's values, where head h's values and its parameters start (the
+  // parameters' only where a head holds whole parameter groups: int8 always, int4 at head sizes
+  // of 32s).
+  size_t head_data_bytes() const { return data_bytes() / (kv_dim / head_dim); }
+  size_t head_data_offset(int h) const { return head_data_bytes() * h; }
   size_t head_param_offset(int h) const { return static_cast<size_t>(n_params() / (kv_dim / head_dim)) * h; }
 
   void encode(const float* x, uint8_t* data, float* params) const;
