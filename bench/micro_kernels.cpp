@@ -100,6 +100,35 @@ void BM_linear(benchmark::State& s) {
 }
 BENCHMARK(BM_linear)->ArgsProduct({{0, 1, 2, 3}, {1, 64}})->UseRealTime();
 
+// Every matrix of TinyLlama-1.1B's 22 layers (154, about 1 GB in Q8_0) against 1 to 8 tokens, as
+// one decode step's matmuls read them: from memory, each weight once. The weights' bytes are
+// constant (the speed of a pass does not depend on their values); the counter is the rate they
+// stream at, to set against the machine's read bandwidth.
+void BM_decode_matrices(benchmark::State& s) {
+  const DType f = static_cast<DType>(s.range(0));
+  const int n = static_cast<int>(s.range(1));
+  const struct { int out, in; } shapes[] = {{2048, 2048}, {256, 2048}, {256, 2048}, {2048, 2048},
+                                            {5632, 2048}, {5632, 2048}, {2048, 5632}};
+  std::vector<Linear> layers;
+  size_t bytes = 0;
+  for (int l = 0; l < 22; ++l)
+    for (auto sh : shapes) {
+      Linear x;
+      x.out = sh.out, x.in = sh.in, x.fmt = f;
+      x.packed = Buffer<uint8_t>(q_group_bytes(f, sh.in / 32) * ((sh.out + kGroupRows - 1) / kGroupRows), uint8_t{1});
+      bytes += x.packed.size();
+      layers.push_back(std::move(x));
+    }
+  auto x = randn(static_cast<size_t>(n) * 5632, 9);
+  std::vector<float> y(static_cast<size_t>(n) * 5632);
+  for (auto _ : s)
+    for (const Linear& l : layers) l.forward(x.data(), n, y.data());
+  s.SetBytesProcessed(static_cast<int64_t>(s.iterations() * bytes));
+  s.SetLabel(dtype_name(f));
+}
+BENCHMARK(BM_decode_matrices)->ArgsProduct({{static_cast<int>(DType::Q8_0), static_cast<int>(DType::Q4_0)}, {1, 2, 4, 8}})
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // Attention over one span of 128 cached keys for a GQA group of 8 heads of 64.
 template <bool kScalar>
 void BM_attention_span(benchmark::State& s) {

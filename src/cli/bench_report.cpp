@@ -161,14 +161,15 @@ size_t decode_matrix_bytes(const Model& m) {
 }
 
 // Decode TPOT and KV bytes per KV type at long contexts, against the bandwidth roofline: the
-// matrices and the KV read once per step at the triad bandwidth measured in the same run. The cache is filled with random K/V
+// matrices and the KV read once per step at the triad bandwidth measured around each cell (the
+// faster of just before and just after its steps: a VM's bandwidth drifts within a run, by a
+// third within minutes on the EPYCs of docs/benchmarks.md). The cache is filled with random K/V
 // (decode cost depends on the cache's size and type, not its values), so no long prefill runs.
 json kv_type_table(const Model& m, const BenchArgs& a) {
   json rows = json::array();
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const ModelConfig& c = m.cfg;
-  const double triad = measure_triad_gbps();
   const size_t matrix_bytes = decode_matrix_bytes(m);
   for (const std::string& name : a.kv_dtypes) {
     DType dt = parse_dtype(name, kInKvPages, "KV dtype");
@@ -185,9 +186,11 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
       std::vector<float> logits;
       int tok = 1;
       forward(m, cache, &tok, 1, LogitsFor::Last, logits);  // warm-up step
+      const double triad_before = measure_triad_gbps();
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < a.decode_steps; ++i) forward(m, cache, &tok, 1, LogitsFor::Last, logits);
       double tpot = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / a.decode_steps;
+      const double triad = std::max(triad_before, measure_triad_gbps());
       KvRowCodec codec{dt, c.kv_dim(), c.head_dim};
       size_t hot = dt == DType::F32 ? 0 : std::min(ctx, a.kv_residual);
       size_t bytes = 2ull * c.n_layers * ((ctx - hot) * codec.bytes() + hot * c.kv_dim() * 4);

@@ -24,16 +24,17 @@ int run_bench(const BenchArgs& a) {
     const std::string name = j["model"].get<std::string>();
     std::printf("decode with each KV type: %s, %d threads, residual %d f32 positions\n\n", name.c_str(),
                 j["threads"].get<int>(), a.kv_residual);
-    std::printf("%-8s %-9s %-12s %-14s %-13s %-14s %s\n", "KV type", "context", "TPOT ms", "KV MB", "bytes/token",
-                "roofline ms", "x roofline");
+    std::printf("%-8s %-9s %-12s %-14s %-13s %-11s %-14s %s\n", "KV type", "context", "TPOT ms", "KV MB", "bytes/token",
+                "triad GB/s", "roofline ms", "x roofline");
     for (const json& r : t)
-      std::printf("%-8s %-9d %-12.2f %-14.1f %-13.0f %-14.2f %.2f\n", r["kv_dtype"].get<std::string>().c_str(),
+      std::printf("%-8s %-9d %-12.2f %-14.1f %-13.0f %-11.1f %-14.2f %.2f\n", r["kv_dtype"].get<std::string>().c_str(),
                   r["context"].get<int>(), r["tpot_ms"].get<double>(), r["kv_bytes"].get<size_t>() / 1e6,
-                  r["kv_bytes_per_token"].get<double>(), r["roofline_ms"].get<double>(),
+                  r["kv_bytes_per_token"].get<double>(), r["triad_gbps"].get<double>(), r["roofline_ms"].get<double>(),
                   r["tpot_over_roofline"].get<double>());
     if (!t.empty())
-      std::printf("\nroofline: %.0f MB of matrices + the KV, read once per step at the %.1f GB/s triad measured now\n",
-                  t[0]["matrix_bytes"].get<size_t>() / 1e6, t[0]["triad_gbps"].get<double>());
+      std::printf("\nroofline: %.0f MB of matrices + the KV, read once per step at the triad measured around each row's\n"
+                  "steps (the faster of just before and just after them)\n",
+                  t[0]["matrix_bytes"].get<size_t>() / 1e6);
     return 0;
   }
   const std::string name = j["model"]["name"].get<std::string>();
