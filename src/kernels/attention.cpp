@@ -105,6 +105,33 @@ __attribute__((target("avx2,fma"))) inline __m256 reduce8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20), _mm256_permute2f128_ps(h0123, h4567, 0x31));
 }
 
+// Eight heads' dot products with key j (lanes = heads), as reduce8 sums them.
+template <class Rows>
+__attribute__((target("avx2,fma"))) inline __m256 heads8(const float* q0, int hd, const Rows& k, int j) {
+  __m256 a[8];
+  for (int x = 0; x < 8; ++x) a[x] = _mm256_setzero_ps();
+  for (int d = 0; d < hd; d += 8) {
+    const __m256 kv = k.load8(j, d);
+    for (int x = 0; x < 8; ++x) a[x] = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + x * hd + d), kv, a[x]);
+  }
+  return reduce8(a);
+}
+
+// r[x][y] <- r[y][x]: eight keys' vectors of eight heads become eight heads' runs of eight keys.
+// Storing each key's eight scores one float at a time, a row apart, was a fifth of the score time.
+__attribute__((target("avx2,fma"))) inline void transpose8(__m256* r) {
+  __m256 t[8], u[8];
+  for (int x = 0; x < 8; x += 2) t[x] = _mm256_unpacklo_ps(r[x], r[x + 1]), t[x + 1] = _mm256_unpackhi_ps(r[x], r[x + 1]);
+  for (int x = 0; x < 8; x += 4) {
+    u[x] = _mm256_shuffle_ps(t[x], t[x + 2], 0x44), u[x + 1] = _mm256_shuffle_ps(t[x], t[x + 2], 0xEE);
+    u[x + 2] = _mm256_shuffle_ps(t[x + 1], t[x + 3], 0x44), u[x + 3] = _mm256_shuffle_ps(t[x + 1], t[x + 3], 0xEE);
+  }
+  for (int x = 0; x < 4; ++x) {
+    r[x] = _mm256_permute2f128_ps(u[x], u[x + 4], 0x20);
+    r[x + 4] = _mm256_permute2f128_ps(u[x], u[x + 4], 0x31);
+  }
+}
+
 // One dot product with reduce4's summation tree, so a key's score does not depend on whether it
 // was computed in a batch of four (runs of the cache split batches differently by layout).
 template <class Rows>
@@ -122,7 +149,20 @@ __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int 
   const __m128 sc = _mm_set1_ps(scale);
   alignas(16) float r[4];
   if (g >= 4) {  // GQA: eight (or four) query heads of the group per key
-    for (int j = 0; j < n; ++j) {
+    int j = 0;
+    if (g % 8 == 0)
+      for (; j + 8 <= n; j += 8)
+        for (int i = 0; i < g; i += 8) {
+          alignas(32) __m256 r[8];  // r[y]: key j + y's scores of heads i..i+7
+          const float* qi = q + static_cast<size_t>(i) * hd;
+          for (int y = 0; y < 8; ++y) {
+            if (i == 0) k.prefetch(j + y + kAhead, hd);
+            r[y] = _mm256_mul_ps(heads8(qi, hd, k, j + y), _mm256_set1_ps(scale));
+          }
+          transpose8(r);  // r[x]: head i + x's scores of keys j..j+7, stored as one run
+          for (int x = 0; x < 8; ++x) _mm256_storeu_ps(s + (i + x) * s_stride + j, r[x]);
+        }
+    for (; j < n; ++j) {
       k.prefetch(j + kAhead, hd);
       int i = 0;
       for (; i + 8 <= g; i += 8) {  // each element of the key loaded (and widened) once for eight heads

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/buffer.h"
 #include "kernels/attention.h"
 
 namespace kvlm {
@@ -21,9 +22,11 @@ namespace kvlm {
 struct QuantQuery {
   DType dtype = DType::Int8;
   int g = 0, hd = 0;
-  std::vector<int8_t> codes;  // [g padded to 8s][hd], zero past g; int4: each group of 32 stored as its 16 even then 16 odd elements
-  std::vector<float> qs;      // [g padded] the head's scale times the attention scale
-  std::vector<int32_t> sums;  // [g padded][groups] the codes' sum per group (int8: one group, the head)
+  // 64-byte aligned (Buffer): every key reads 32 bytes of each head's codes, and a vector's
+  // 16-byte alignment split half of those loads across two cache lines.
+  Buffer<int8_t> codes;  // [g padded to 8s][hd], zero past g; int4: each group of 32 stored as its 16 even then 16 odd elements
+  Buffer<float> qs;      // [g padded] the head's scale times the attention scale
+  Buffer<int32_t> sums;  // [g padded][groups] the codes' sum per group (int8: one group, the head)
   int groups() const { return dtype == DType::Int4 ? hd / 32 : 1; }
   void prepare(DType t, const float* q, int g, int hd, float scale);
 };
