@@ -343,6 +343,60 @@ __attribute__((target("avx2,fma"))) void accumulate_avx2(AttnState& st, const fl
   }
 }
 
+// A group's heads share each loaded slice of a value row: a tile of H heads' accumulators of S
+// 8-element slices stays in registers (H S + S + 1 of AVX2's 16) over keys [j0, j1), so a
+// multiply-add needs (S + H) / (H S) loads, not the (8 + 1) / 8 of one head at a time, which left
+// the sums waiting on the load ports. Per element the keys are summed in order with the same
+// multiply-adds as accumulate_regs: bit-identical.
+template <int H, int S, bool Prefetch, class Rows>
+__attribute__((target("avx2,fma"))) void accumulate_tile(float* acc, int hd, const float* p, size_t p_stride, const Rows& v,
+                                                          int d, int j0, int j1) {
+  if (j0 >= j1) return;  // with a loop that might not run, GCC stored every accumulator each key
+  __m256 a[H * S];
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < S; ++c) a[h * S + c] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d + 8 * c);
+  int j = j0;
+  do {
+    if (Prefetch) v.prefetch(j + kAhead, hd);
+    __m256 vv[S];
+    for (int c = 0; c < S; ++c) vv[c] = v.load8(j, d + 8 * c);
+    for (int h = 0; h < H; ++h) {
+      const __m256 w = _mm256_broadcast_ss(p + h * p_stride + j);
+      for (int c = 0; c < S; ++c) a[h * S + c] = _mm256_fmadd_ps(w, vv[c], a[h * S + c]);
+    }
+  } while (++j < j1);
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < S; ++c) _mm256_storeu_ps(acc + static_cast<size_t>(h) * hd + d + 8 * c, a[h * S + c]);
+}
+
+// Slices [0, hd) of H heads from acc, three at a time, then two and one.
+template <int H, bool Prefetch, class Rows>
+__attribute__((target("avx2,fma"))) void accumulate_heads_avx2(float* acc, int hd, const float* p, size_t p_stride,
+                                                                const Rows& v, int j0, int j1) {
+  int d = 0;
+  if (hd >= 24) accumulate_tile<H, 3, Prefetch>(acc, hd, p, p_stride, v, 0, j0, j1), d = 24;
+  for (; d + 24 <= hd; d += 24) accumulate_tile<H, 3, false>(acc, hd, p, p_stride, v, d, j0, j1);
+  for (; d + 16 <= hd; d += 16) accumulate_tile<H, 2, false>(acc, hd, p, p_stride, v, d, j0, j1);
+  for (; d < hd; d += 8) accumulate_tile<H, 1, false>(acc, hd, p, p_stride, v, d, j0, j1);
+}
+
+// Heads [first, g) of a group (hd % 8 == 0), four at a time, kBlock keys at a time.
+template <class Rows>
+__attribute__((target("avx2,fma"))) void accumulate_group_avx2(AttnState& st, const float* p, size_t p_stride, const Rows& v,
+                                                                int n, int first) {
+  const int hd = st.hd;
+  for (int j0 = 0; j0 < n; j0 += kBlock) {
+    const int j1 = std::min(n, j0 + kBlock);
+    int i = first;
+    for (; i + 4 <= st.g; i += 4) {
+      float* acc = st.acc + static_cast<size_t>(i) * hd;
+      i == first ? accumulate_heads_avx2<4, true>(acc, hd, p + i * p_stride, p_stride, v, j0, j1)
+                 : accumulate_heads_avx2<4, false>(acc, hd, p + i * p_stride, p_stride, v, j0, j1);
+    }
+    for (; i < st.g; ++i) accumulate_heads_avx2<1, false>(st.acc + static_cast<size_t>(i) * hd, hd, p + i * p_stride, p_stride, v, j0, j1);
+  }
+}
+
 // The span's max and sum, 8 lanes at a time: a serial sum of 128 scores was a chain of 128 dependent
 // adds, a fifth of a long-context step. The lanes are summed in a fixed order.
 __attribute__((target("avx2,fma"))) float max_avx2(const float* s, int n) {
@@ -412,7 +466,8 @@ void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float
 #if KVLM_X86
   if (isa_at_least(Isa::Avx2)) {
     const int first = accumulate_heads(st, p, p_stride, F32Rows16{v, stride}, n);  // AVX-512: heads by fours
-    accumulate_avx2(st, p, p_stride, F32Rows{v, stride}, n, first);
+    if (st.g - first >= 4 && st.hd % 8 == 0) accumulate_group_avx2(st, p, p_stride, F32Rows{v, stride}, n, first);
+    else accumulate_avx2(st, p, p_stride, F32Rows{v, stride}, n, first);
     for (int d = st.hd - st.hd % 8; d < st.hd; ++d)
       for (int i = 0; i < st.g; ++i)
         for (int j = 0; j < n; ++j) st.acc[static_cast<size_t>(i) * st.hd + d] += p[i * p_stride + j] * v[j * stride + d];
@@ -464,24 +519,23 @@ bool attn_scores_encoded(const float* q, int g, int hd, float scale, const Encod
 bool attn_accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const EncodedRows& v, int n) {
 #if KVLM_X86
   if (st.g >= 4) {
-    // A group of many heads would widen each row once per head here: AVX-512 widens it once per
-    // four heads (bf16, int8); elsewhere decoding the run once (the caller) is cheaper.
+    // A group's heads share each widened row: AVX-512 widens it once per four heads (bf16, int8,
+    // head sizes 64 and 128), AVX2 each slice once per tile of four heads (accumulate_tile).
     const KvRowCodec& c = *v.codec;
     const int hd = c.head_dim, H = hd == 64 ? 4 : 2;
-    if (!isa_at_least(Isa::Avx512) || (hd != 64 && hd != 128) || st.g % H != 0) return false;
     const size_t db = c.data_bytes();
-    if (c.dtype == DType::BF16) {
+    if (isa_at_least(Isa::Avx512) && (hd == 64 || hd == 128) && st.g % H == 0 && c.dtype == DType::BF16) {
       accumulate_heads(st, p, p_stride, Bf16Rows16{reinterpret_cast<const uint16_t*>(v.data) + static_cast<size_t>(v.h) * hd, db / 2}, n);
       return true;
     }
-    if (c.dtype == DType::Int8) {
+    if (isa_at_least(Isa::Avx512) && (hd == 64 || hd == 128) && st.g % H == 0 && c.dtype == DType::Int8) {
       accumulate_heads(st, p, p_stride,
                        Int8Rows16{reinterpret_cast<const int8_t*>(v.data) + static_cast<size_t>(v.h) * hd, db, v.params + v.h,
                                   static_cast<size_t>(c.n_params())},
                        n);
       return true;
     }
-    return false;
+    return with_encoded_rows(v, [&](const auto& rows) { accumulate_group_avx2(st, p, p_stride, rows, n, 0); });
   }
   return with_encoded_rows(v, [&](const auto& rows) { accumulate_avx2(st, p, p_stride, rows, n); });
 #else
