@@ -45,8 +45,12 @@ struct Bf16Rows {
   const uint16_t* p;  // head h's first value of row 0
   size_t stride;      // values per row
   __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const {
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    // The eight values in both halves, each moved to the top of its float by one byte shuffle:
+    // the same floats in the same lanes as widening then shifting, in one operation fewer.
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d)));
+    const __m256i top = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7,
+                                         -1, -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+    return _mm256_castsi256_ps(_mm256_shuffle_epi8(b, top));
   }
   void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
 };
