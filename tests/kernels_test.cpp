@@ -104,9 +104,17 @@ __attribute__((target("avx2,fma"))) void both_exps(const float* x, float* genera
   _mm256_storeu_ps(general, exp8_avx2(_mm256_loadu_ps(x)));
   _mm256_storeu_ps(nonpositive, exp8_nonpositive_avx2(_mm256_loadu_ps(x)));
 }
+// 32 values through the softmax's exp four vectors at a time.
+__attribute__((target("avx2,fma"))) void four_exps(const float* x, float* out) {
+  __m256 v[4];
+  for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k);
+  exp8xk_nonpositive_avx2<4>(v);
+  for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + 8 * k, v[k]);
+}
 
-// The softmax's exp gives the general one's results bit for bit wherever it is used: every x <= 0,
-// across the whole range (results that are subnormal included), below it, -inf and NaN.
+// The softmax's exp (one vector or four interleaved) gives the general one's results bit for bit
+// wherever it is used: every x <= 0, across the whole range (results that are subnormal
+// included), below it, -inf and NaN.
 TEST(Kernels, SoftmaxExpIsTheGeneralExpBitForBitBelowZero) {
   if (!isa_at_least(Isa::Avx2)) GTEST_SKIP() << "this CPU lacks avx2: that path is not tested here";
   std::vector<float> x = {0.0f, -0.0f, -1e-30f, -87.3365448f, -87.3365f, -87.34f, -100.0f, -1e30f,
@@ -115,16 +123,22 @@ TEST(Kernels, SoftmaxExpIsTheGeneralExpBitForBitBelowZero) {
   std::uniform_real_distribution<float> u(-90.0f, 0.0f);
   for (int i = 0; i < 200000; ++i) x.push_back(u(rng));
   for (float v = -88.0f; v <= -80.0f; v += 1e-3f) x.push_back(v);  // where results turn subnormal
-  while (x.size() % 8) x.push_back(-1.0f);
-  for (size_t i = 0; i < x.size(); i += 8) {
-    float a[8], b[8];
-    both_exps(x.data() + i, a, b);
-    for (int l = 0; l < 8; ++l) {
-      if (std::isnan(x[i + l])) {
-        ASSERT_TRUE(std::isnan(a[l]) && std::isnan(b[l]));
-        continue;
+  while (x.size() % 32) x.push_back(-1.0f);
+  for (size_t i = 0; i < x.size(); i += 32) {
+    float c[32];
+    four_exps(x.data() + i, c);
+    for (size_t i8 = i; i8 < i + 32; i8 += 8) {
+      float a[8], b[8];
+      both_exps(x.data() + i8, a, b);
+      for (int l = 0; l < 8; ++l) {
+        const float four = c[i8 - i + l];
+        if (std::isnan(x[i8 + l])) {
+          ASSERT_TRUE(std::isnan(a[l]) && std::isnan(b[l]) && std::isnan(four));
+          continue;
+        }
+        ASSERT_EQ(std::memcmp(&a[l], &b[l], 4), 0) << "x=" << x[i8 + l] << ": " << a[l] << " vs " << b[l];
+        ASSERT_EQ(std::memcmp(&a[l], &four, 4), 0) << "x=" << x[i8 + l] << ": " << a[l] << " vs four at once " << four;
       }
-      ASSERT_EQ(std::memcmp(&a[l], &b[l], 4), 0) << "x=" << x[i + l] << ": " << a[l] << " vs " << b[l];
     }
   }
 }

@@ -414,25 +414,39 @@ __attribute__((target("avx2,fma"))) float max_avx2(const float* s, int n) {
   for (; j < n; ++j) r = std::max(r, s[j]);
   return r;
 }
-__attribute__((target("avx2,fma"))) float sum_avx2(const float* s, int n) {
+// exp(s - mx) in place and its sum: eight lanes summed in key order, then reduce4's tree, then
+// the tail one at a time. The same sum as adding the exponentials afterwards in a second pass.
+__attribute__((target("avx2,fma"))) float exp_minus_sum_avx2(float* s, int n, float mx) {
+  const __m256 m = _mm256_set1_ps(mx);
   __m256 a = _mm256_setzero_ps();
   int j = 0;
-  for (; j + 8 <= n; j += 8) a = _mm256_add_ps(a, _mm256_loadu_ps(s + j));
+  for (; j + 32 <= n; j += 32) {
+    __m256 e[4];
+    for (int k = 0; k < 4; ++k) e[k] = _mm256_sub_ps(_mm256_loadu_ps(s + j + 8 * k), m);
+    exp8xk_nonpositive_avx2<4>(e);
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(s + j + 8 * k, e[k]), a = _mm256_add_ps(a, e[k]);
+  }
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp8_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));
+    _mm256_storeu_ps(s + j, e);
+    a = _mm256_add_ps(a, e);
+  }
   const __m256 z = _mm256_setzero_ps();
   float r = _mm_cvtss_f32(reduce4(a, z, z, z));
-  for (; j < n; ++j) r += s[j];
-  return r;
-}
-
-__attribute__((target("avx2,fma"))) void exp_minus_avx2(float* s, int n, float mx) {
-  const __m256 m = _mm256_set1_ps(mx);
-  int j = 0;
-  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, exp8_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), m)));
-  if (j == n) return;
+  if (j == n) return r;
   alignas(32) float t[8] = {};
   std::copy(s + j, s + n, t);
   _mm256_store_ps(t, exp8_nonpositive_avx2(_mm256_sub_ps(_mm256_load_ps(t), m)));
-  std::copy(t, t + (n - j), s + j);
+  for (int x = 0; x < n - j; ++x) s[j + x] = t[x], r += t[x];
+  return r;
+}
+
+// A head's running state rescaled by corr (the same products as one at a time).
+__attribute__((target("avx2,fma"))) void scale_avx2(float* acc, int hd, float corr) {
+  const __m256 c = _mm256_set1_ps(corr);
+  int d = 0;
+  for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), c));
+  for (; d < hd; ++d) acc[d] *= corr;
 }
 
 }  // namespace
@@ -553,10 +567,10 @@ void attn_update(AttnState& st, float* s, size_t s_stride, int n) {
     float* si = s + i * s_stride;
     float mx = st.m[i], sum = 0.0f;
 #if KVLM_X86
-    if (isa_at_least(Isa::Avx2)) {
+    const bool avx2 = isa_at_least(Isa::Avx2);
+    if (avx2) {
       mx = std::max(mx, max_avx2(si, n));
-      exp_minus_avx2(si, n, mx);
-      sum = sum_avx2(si, n);
+      sum = exp_minus_sum_avx2(si, n, mx);
     } else
 #endif
     {
@@ -568,7 +582,11 @@ void attn_update(AttnState& st, float* s, size_t s_stride, int n) {
     st.l[i] = st.l[i] * corr + sum;
     if (corr != 1.0f) {
       float* acc = st.acc + static_cast<size_t>(i) * st.hd;
-      for (int d = 0; d < st.hd; ++d) acc[d] *= corr;
+#if KVLM_X86
+      if (avx2) scale_avx2(acc, st.hd, corr);
+      else
+#endif
+        for (int d = 0; d < st.hd; ++d) acc[d] *= corr;
     }
     st.m[i] = mx;
   }

@@ -58,5 +58,35 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8_nonpositive_avx2(__m256 x
   return _mm256_blendv_ps(y, in, nan);
 }
 
+// exp8_nonpositive_avx2 of K vectors, step by step across them: the same operations on each, so
+// the same results bit for bit. One exponential is a chain of ~15 dependent operations; issued
+// one after another, the chains filled the FP scheduler. Four at a time spill a few registers
+// and still ran a span's softmax a quarter faster than one at a time (two: a fifth).
+template <int K>
+__attribute__((target("avx2,fma"))) inline void exp8xk_nonpositive_avx2(__m256* x) {
+  const __m256 lo = _mm256_set1_ps(-87.3365448f);
+  __m256 nan[K], under[K], r[K], n[K], p[K];
+  for (int k = 0; k < K; ++k) {
+    nan[k] = _mm256_cmp_ps(x[k], x[k], _CMP_UNORD_Q);
+    under[k] = _mm256_cmp_ps(x[k], lo, _CMP_LT_OQ);
+    r[k] = _mm256_max_ps(x[k], lo);
+  }
+  for (int k = 0; k < K; ++k)
+    n[k] = _mm256_round_ps(_mm256_mul_ps(r[k], _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  for (int k = 0; k < K; ++k) r[k] = _mm256_fnmadd_ps(n[k], _mm256_set1_ps(0.693359375f), r[k]);
+  for (int k = 0; k < K; ++k) r[k] = _mm256_fnmadd_ps(n[k], _mm256_set1_ps(-2.12194440e-4f), r[k]);
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r[k], _mm256_set1_ps(1.3981999507e-3f));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(8.3334519073e-3f));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(4.1665795894e-2f));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.6666665459e-1f));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(5.0000001201e-1f));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], _mm256_mul_ps(r[k], r[k]), _mm256_add_ps(r[k], _mm256_set1_ps(1.0f)));
+  for (int k = 0; k < K; ++k) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n[k]), _mm256_set1_epi32(127));
+    const __m256 y = _mm256_andnot_ps(under[k], _mm256_mul_ps(p[k], _mm256_castsi256_ps(_mm256_slli_epi32(e, 23))));
+    x[k] = _mm256_blendv_ps(y, x[k], nan[k]);
+  }
+}
+
 }  // namespace kvlm
 #endif  // KVLM_X86
