@@ -83,7 +83,8 @@ class Redis:
             return False
 
     def stop(self):
-        self.proc.kill()
+        if self.proc.poll() is None:
+            self.proc.kill()
         self.proc.wait(timeout=10)
 
 
@@ -164,9 +165,10 @@ def cluster():
                 return r.status == 200
         except Exception:
             return False
+    state = {"redis": redis, "a": a, "b": b, "router": base, "events": ev, "remote": remote}
     try:
         wait_for(router_up, "sglang-router to serve /v1/models")
-        yield {"redis": redis, "a": a, "b": b, "router": base, "events": ev, "remote": remote}
+        yield state
     finally:
         router.terminate()
         try:
@@ -175,6 +177,9 @@ def cluster():
             router.kill()
         a.stop()
         b.stop()
+        # The Redis running now: a test restarts it (a new process on the same port), and
+        # stopping the first one only left the second running after the tests.
+        state["redis"].stop()
         redis.stop()
 
 
