@@ -157,14 +157,14 @@ __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int 
     if (g % 8 == 0)
       for (; j + 8 <= n; j += 8)
         for (int i = 0; i < g; i += 8) {
-          alignas(32) __m256 r[8];  // r[y]: key j + y's scores of heads i..i+7
+          __m256 t[8];  // t[y]: key j + y's scores of heads i..i+7
           const float* qi = q + static_cast<size_t>(i) * hd;
           for (int y = 0; y < 8; ++y) {
             if (i == 0) k.prefetch(j + y + kAhead, hd);
-            r[y] = _mm256_mul_ps(heads8(qi, hd, k, j + y), _mm256_set1_ps(scale));
+            t[y] = _mm256_mul_ps(heads8(qi, hd, k, j + y), _mm256_set1_ps(scale));
           }
-          transpose8(r);  // r[x]: head i + x's scores of keys j..j+7, stored as one run
-          for (int x = 0; x < 8; ++x) _mm256_storeu_ps(s + (i + x) * s_stride + j, r[x]);
+          transpose8(t);  // t[x]: head i + x's scores of keys j..j+7, stored as one run
+          for (int x = 0; x < 8; ++x) _mm256_storeu_ps(s + (i + x) * s_stride + j, t[x]);
         }
     for (; j < n; ++j) {
       k.prefetch(j + kAhead, hd);
