@@ -170,15 +170,8 @@ __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int 
       k.prefetch(j + kAhead, hd);
       int i = 0;
       for (; i + 8 <= g; i += 8) {  // each element of the key loaded (and widened) once for eight heads
-        const float* q0 = q + static_cast<size_t>(i) * hd;
-        __m256 a[8];
-        for (int x = 0; x < 8; ++x) a[x] = _mm256_setzero_ps();
-        for (int d = 0; d < hd; d += 8) {
-          const __m256 kv = k.load8(j, d);
-          for (int x = 0; x < 8; ++x) a[x] = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + x * hd + d), kv, a[x]);
-        }
         alignas(32) float r8[8];
-        _mm256_store_ps(r8, _mm256_mul_ps(reduce8(a), _mm256_set1_ps(scale)));
+        _mm256_store_ps(r8, _mm256_mul_ps(heads8(q + static_cast<size_t>(i) * hd, hd, k, j), _mm256_set1_ps(scale)));
         for (int x = 0; x < 8; ++x) s[(i + x) * s_stride + j] = r8[x];
       }
       for (; i + 4 <= g; i += 4) {
@@ -225,26 +218,36 @@ __attribute__((target("avx2,fma"))) void scores_f32_any(const float* q, int g, i
     for (int j = 0; j < n; ++j) s[i * s_stride + j] = dot_avx2(q + static_cast<size_t>(i) * hd, k + j * stride, hd) * scale;
 }
 
-// A head's accumulator (C slices of 8) stays in registers across the span's keys, and each
-// value row is read once per head. Per element the keys are summed in order, as the twin does.
-// Elements [d0, d0 + 8C) of the values, keys [j0, j1).
-template <int C, bool Prefetch, class Rows>
-__attribute__((target("avx2,fma"))) void accumulate_regs(float* acc, const float* p, const Rows& v, int d0, int hd, int j0,
-                                                          int j1) {
-  __m256 a[C];
-  for (int c = 0; c < C; ++c) a[c] = _mm256_loadu_ps(acc + 8 * c);
-  for (int j = j0; j < j1; ++j) {
-    const __m256 w = _mm256_set1_ps(p[j]);
+// Value sums of H heads' elements [d, d + 8S) over keys [j0, j1): the tile of accumulators stays
+// in registers across the keys, and each value row's slice is read (and widened) once per H heads.
+// One head (H = 1) keeps a whole head of up to 128 in registers; a GQA group takes tiles of four
+// heads by three slices (12 + 3 + 1 of AVX2's 16 registers), so a multiply-add needs 7 / 12 loads,
+// not the 9 / 8 of one head at a time. Per element the keys are summed in order, as the twin does.
+template <int H, int S, bool Prefetch, class Rows>
+__attribute__((target("avx2,fma"))) void accumulate_tile(float* acc, int hd, const float* p, size_t p_stride, const Rows& v,
+                                                          int d, int j0, int j1) {
+  if (j0 >= j1) return;  // with a loop that might not run, GCC stored every accumulator each key
+  __m256 a[H * S];
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < S; ++c) a[h * S + c] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d + 8 * c);
+  int j = j0;
+  do {
     if (Prefetch) v.prefetch(j + kAhead, hd);
-    for (int c = 0; c < C; ++c) a[c] = _mm256_fmadd_ps(w, v.load8(j, d0 + 8 * c), a[c]);
-  }
-  for (int c = 0; c < C; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
+    __m256 vv[S];
+    for (int c = 0; c < S; ++c) vv[c] = v.load8(j, d + 8 * c);
+    for (int h = 0; h < H; ++h) {
+      const __m256 w = _mm256_broadcast_ss(p + h * p_stride + j);
+      for (int c = 0; c < S; ++c) a[h * S + c] = _mm256_fmadd_ps(w, vv[c], a[h * S + c]);
+    }
+  } while (++j < j1);
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < S; ++c) _mm256_storeu_ps(acc + static_cast<size_t>(h) * hd + d + 8 * c, a[h * S + c]);
 }
 
 // With AVX-512, H = 16 / C heads of C zmm each (4 heads of 64, 2 of 128) share each value row's
 // loads (and, for encoded rows, its widening): a GQA group reads its rows once per H heads
 // instead of once per head. Per element it is the same fused multiply-add in the same key order
-// as accumulate_regs, on the same widened values: bit-identical results.
+// as accumulate_tile, on the same widened values: bit-identical results.
 #define KVLM_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")))
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through their masked builtins, which
 // -Wmaybe-uninitialized reports once inlined; nothing is read uninitialized.
@@ -332,45 +335,19 @@ __attribute__((target("avx2,fma"))) void accumulate_avx2(AttnState& st, const fl
       const bool lead = i == first;  // the first head's pass brings the rows in
       switch (hd) {  // the common head sizes
         case 64:
-          lead ? accumulate_regs<8, true>(acc, pi, v, 0, hd, j0, j1) : accumulate_regs<8, false>(acc, pi, v, 0, hd, j0, j1);
+          lead ? accumulate_tile<1, 8, true>(acc, hd, pi, 0, v, 0, j0, j1) : accumulate_tile<1, 8, false>(acc, hd, pi, 0, v, 0, j0, j1);
           continue;
         case 128:
-          lead ? accumulate_regs<16, true>(acc, pi, v, 0, hd, j0, j1) : accumulate_regs<16, false>(acc, pi, v, 0, hd, j0, j1);
+          lead ? accumulate_tile<1, 16, true>(acc, hd, pi, 0, v, 0, j0, j1) : accumulate_tile<1, 16, false>(acc, hd, pi, 0, v, 0, j0, j1);
           continue;
-        case 32: accumulate_regs<4, false>(acc, pi, v, 0, hd, j0, j1); continue;
-        case 16: accumulate_regs<2, false>(acc, pi, v, 0, hd, j0, j1); continue;
-        case 8: accumulate_regs<1, false>(acc, pi, v, 0, hd, j0, j1); continue;
+        case 32: accumulate_tile<1, 4, false>(acc, hd, pi, 0, v, 0, j0, j1); continue;
+        case 16: accumulate_tile<1, 2, false>(acc, hd, pi, 0, v, 0, j0, j1); continue;
+        case 8: accumulate_tile<1, 1, false>(acc, hd, pi, 0, v, 0, j0, j1); continue;
         default: break;
       }
-      for (int d = 0; d + 8 <= hd; d += 8) accumulate_regs<1, false>(acc + d, pi, v, d, hd, j0, j1);
+      for (int d = 0; d + 8 <= hd; d += 8) accumulate_tile<1, 1, false>(acc, hd, pi, 0, v, d, j0, j1);
     }
   }
-}
-
-// A group's heads share each loaded slice of a value row: a tile of H heads' accumulators of S
-// 8-element slices stays in registers (H S + S + 1 of AVX2's 16) over keys [j0, j1), so a
-// multiply-add needs (S + H) / (H S) loads, not the (8 + 1) / 8 of one head at a time, which left
-// the sums waiting on the load ports. Per element the keys are summed in order with the same
-// multiply-adds as accumulate_regs: bit-identical.
-template <int H, int S, bool Prefetch, class Rows>
-__attribute__((target("avx2,fma"))) void accumulate_tile(float* acc, int hd, const float* p, size_t p_stride, const Rows& v,
-                                                          int d, int j0, int j1) {
-  if (j0 >= j1) return;  // with a loop that might not run, GCC stored every accumulator each key
-  __m256 a[H * S];
-  for (int h = 0; h < H; ++h)
-    for (int c = 0; c < S; ++c) a[h * S + c] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d + 8 * c);
-  int j = j0;
-  do {
-    if (Prefetch) v.prefetch(j + kAhead, hd);
-    __m256 vv[S];
-    for (int c = 0; c < S; ++c) vv[c] = v.load8(j, d + 8 * c);
-    for (int h = 0; h < H; ++h) {
-      const __m256 w = _mm256_broadcast_ss(p + h * p_stride + j);
-      for (int c = 0; c < S; ++c) a[h * S + c] = _mm256_fmadd_ps(w, vv[c], a[h * S + c]);
-    }
-  } while (++j < j1);
-  for (int h = 0; h < H; ++h)
-    for (int c = 0; c < S; ++c) _mm256_storeu_ps(acc + static_cast<size_t>(h) * hd + d + 8 * c, a[h * S + c]);
 }
 
 // Slices [0, hd) of H heads from acc, three at a time, then two and one.
