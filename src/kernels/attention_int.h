@@ -11,7 +11,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "core/buffer.h"
 #include "kernels/attention.h"

@@ -9,28 +9,31 @@
 
 namespace kvlm {
 
-// exp(x) = p * 2^n for x already clamped to the float range: returns p, n into *n.
-__attribute__((target("avx2,fma"))) inline __m256 exp8_reduced(__m256 x, __m256* n_out) {
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // x - n ln2, in two parts
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  *n_out = n;
-  return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+// exp(x) = p * 2^n for K vectors x already clamped to the float range: p into x, n into n. The
+// steps go across the K vectors in turn: one exponential is a chain of ~15 dependent operations,
+// and issued one after another the chains filled the FP scheduler. Every vector gets the same
+// operations whatever K is, so the results do not depend on it.
+template <int K>
+__attribute__((target("avx2,fma"))) inline void exp8_reduced(__m256* x, __m256* n) {
+  __m256 r[K], p[K];
+  for (int k = 0; k < K; ++k)
+    n[k] = _mm256_round_ps(_mm256_mul_ps(x[k], _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  for (int k = 0; k < K; ++k) r[k] = _mm256_fnmadd_ps(n[k], _mm256_set1_ps(0.693359375f), x[k]);  // x - n ln2, in two parts
+  for (int k = 0; k < K; ++k) r[k] = _mm256_fnmadd_ps(n[k], _mm256_set1_ps(-2.12194440e-4f), r[k]);
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r[k], _mm256_set1_ps(1.3981999507e-3f));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(8.3334519073e-3f));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(4.1665795894e-2f));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.6666665459e-1f));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(5.0000001201e-1f));
+  for (int k = 0; k < K; ++k) x[k] = _mm256_fmadd_ps(p[k], _mm256_mul_ps(r[k], r[k]), _mm256_add_ps(r[k], _mm256_set1_ps(1.0f)));
 }
 
 __attribute__((target("avx2,fma"))) inline __m256 exp8_avx2(__m256 x) {
   const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q), in = x;
   const __m256 hi = _mm256_set1_ps(88.7228391f), lo = _mm256_set1_ps(-87.3365448f);
   const __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 n;
-  const __m256 p = exp8_reduced(_mm256_max_ps(_mm256_min_ps(x, hi), lo), &n);
+  __m256 p = _mm256_max_ps(_mm256_min_ps(x, hi), lo), n;
+  exp8_reduced<1>(&p, &n);
   // 2^n in two steps, so n = 128 (x near the top of the range) does not overflow the exponent.
   const __m256i e = _mm256_cvtps_epi32(n);
   const __m256i e1 = _mm256_srai_epi32(e, 1), e2 = _mm256_sub_epi32(e, e1);
@@ -42,50 +45,32 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8_avx2(__m256 x) {
   return _mm256_blendv_ps(y, in, nan);  // NaN stays NaN
 }
 
-// exp8_avx2 for x <= 0 (and NaN), as the softmax takes it (a score less the span's max): no
-// overflow to guard, and 2^n (n >= -126) is one normal float, so the scale is one multiply. The
-// same results as exp8_avx2 bit for bit: multiplying by 2^n in one step or two rounds once either
-// way. A tenth of a long-context int8 step was spent in exp; this drops a third of its operations.
-__attribute__((target("avx2,fma"))) inline __m256 exp8_nonpositive_avx2(__m256 x) {
-  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q), in = x;
-  const __m256 lo = _mm256_set1_ps(-87.3365448f);
-  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 n;
-  const __m256 p = exp8_reduced(_mm256_max_ps(x, lo), &n);
-  const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));  // >= 1
-  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
-  y = _mm256_andnot_ps(under, y);  // below the range: 0
-  return _mm256_blendv_ps(y, in, nan);
-}
-
-// exp8_nonpositive_avx2 of K vectors, step by step across them: the same operations on each, so
-// the same results bit for bit. One exponential is a chain of ~15 dependent operations; issued
-// one after another, the chains filled the FP scheduler. Four at a time spill a few registers
-// and still ran a span's softmax a quarter faster than one at a time (two: a fifth).
+// exp8_avx2 for x <= 0 (and NaN), as the softmax takes it (a score less the span's max), K vectors
+// in place: no overflow to guard, and 2^n (n >= -126) is one normal float, so the scale is one
+// multiply. The same results as exp8_avx2 bit for bit: multiplying by 2^n in one step or two
+// rounds once either way. A tenth of a long-context int8 step was spent in exp; this drops a
+// third of its operations, and four vectors at a time ran a span's softmax a quarter faster
+// than one (two: a fifth), though four spill a few registers.
 template <int K>
 __attribute__((target("avx2,fma"))) inline void exp8xk_nonpositive_avx2(__m256* x) {
   const __m256 lo = _mm256_set1_ps(-87.3365448f);
-  __m256 nan[K], under[K], r[K], n[K], p[K];
+  __m256 nan[K], under[K], p[K], n[K];
   for (int k = 0; k < K; ++k) {
     nan[k] = _mm256_cmp_ps(x[k], x[k], _CMP_UNORD_Q);
     under[k] = _mm256_cmp_ps(x[k], lo, _CMP_LT_OQ);
-    r[k] = _mm256_max_ps(x[k], lo);
+    p[k] = _mm256_max_ps(x[k], lo);
   }
-  for (int k = 0; k < K; ++k)
-    n[k] = _mm256_round_ps(_mm256_mul_ps(r[k], _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  for (int k = 0; k < K; ++k) r[k] = _mm256_fnmadd_ps(n[k], _mm256_set1_ps(0.693359375f), r[k]);
-  for (int k = 0; k < K; ++k) r[k] = _mm256_fnmadd_ps(n[k], _mm256_set1_ps(-2.12194440e-4f), r[k]);
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r[k], _mm256_set1_ps(1.3981999507e-3f));
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(8.3334519073e-3f));
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(4.1665795894e-2f));
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.6666665459e-1f));
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(5.0000001201e-1f));
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], _mm256_mul_ps(r[k], r[k]), _mm256_add_ps(r[k], _mm256_set1_ps(1.0f)));
+  exp8_reduced<K>(p, n);
   for (int k = 0; k < K; ++k) {
-    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n[k]), _mm256_set1_epi32(127));
-    const __m256 y = _mm256_andnot_ps(under[k], _mm256_mul_ps(p[k], _mm256_castsi256_ps(_mm256_slli_epi32(e, 23))));
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n[k]), _mm256_set1_epi32(127));  // >= 1
+    const __m256 y = _mm256_andnot_ps(under[k], _mm256_mul_ps(p[k], _mm256_castsi256_ps(_mm256_slli_epi32(e, 23))));  // below the range: 0
     x[k] = _mm256_blendv_ps(y, x[k], nan[k]);
   }
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 exp8_nonpositive_avx2(__m256 x) {
+  exp8xk_nonpositive_avx2<1>(&x);
+  return x;
 }
 
 }  // namespace kvlm
