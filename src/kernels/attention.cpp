@@ -54,6 +54,18 @@ struct Bf16Rows {
   }
   void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
 };
+// The same floats widened without a constant, for the value sums' tiles of four heads: they take
+// all 16 registers, and the shuffle's mask left one accumulator in memory, stored and reloaded
+// every key (bf16 decode attention at 16K ran 8-11% longer).
+struct Bf16RowsNoMask {
+  const uint16_t* p;
+  size_t stride;
+  __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
+};
 struct Int8Rows {
   const int8_t* p;  // head h's first value of row 0
   size_t stride;    // bytes per row
@@ -474,9 +486,9 @@ void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float
 
 #if KVLM_X86
 namespace {
-// Calls fn(rows) with the reader of head h of the encoded rows; false where none fits (the head
-// size is not a multiple of 8, or of 32 for int4).
-template <class Fn>
+// Calls fn(rows) with the reader of head h of the encoded rows (bf16 ones as Bf16), false where
+// none fits (the head size is not a multiple of 8, or of 32 for int4).
+template <class Bf16, class Fn>
 bool with_encoded_rows(const EncodedRows& r, Fn&& fn) {
   const KvRowCodec& c = *r.codec;
   const int hd = c.head_dim;
@@ -486,7 +498,7 @@ bool with_encoded_rows(const EncodedRows& r, Fn&& fn) {
   const float* params = r.params + c.head_param_offset(r.h);
   switch (c.dtype) {
     case DType::BF16:
-      fn(Bf16Rows{reinterpret_cast<const uint16_t*>(data), db / 2});
+      fn(Bf16{reinterpret_cast<const uint16_t*>(data), db / 2});
       return true;
     case DType::Int8:
       fn(Int8Rows{reinterpret_cast<const int8_t*>(data), db, params, pn});
@@ -504,7 +516,7 @@ bool with_encoded_rows(const EncodedRows& r, Fn&& fn) {
 bool attn_scores_encoded(const float* q, int g, int hd, float scale, const EncodedRows& k, int n, float* s,
                          size_t s_stride) {
 #if KVLM_X86
-  return with_encoded_rows(k, [&](const auto& rows) { scores_avx2(q, g, hd, scale, rows, n, s, s_stride); });
+  return with_encoded_rows<Bf16Rows>(k, [&](const auto& rows) { scores_avx2(q, g, hd, scale, rows, n, s, s_stride); });
 #else
   (void)q, (void)g, (void)hd, (void)scale, (void)k, (void)n, (void)s, (void)s_stride;
   return false;
@@ -530,9 +542,9 @@ bool attn_accumulate_encoded(AttnState& st, const float* p, size_t p_stride, con
                        n);
       return true;
     }
-    return with_encoded_rows(v, [&](const auto& rows) { accumulate_group_avx2(st, p, p_stride, rows, n, 0); });
+    return with_encoded_rows<Bf16RowsNoMask>(v, [&](const auto& rows) { accumulate_group_avx2(st, p, p_stride, rows, n, 0); });
   }
-  return with_encoded_rows(v, [&](const auto& rows) { accumulate_avx2(st, p, p_stride, rows, n); });
+  return with_encoded_rows<Bf16Rows>(v, [&](const auto& rows) { accumulate_avx2(st, p, p_stride, rows, n); });
 #else
   (void)st, (void)p, (void)p_stride, (void)v, (void)n;
   return false;
