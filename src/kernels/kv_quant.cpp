@@ -21,21 +21,7 @@ bool kv_dtype_fits(DType t, int kv_dim) {
   return (r.roles & kInKvPages) && (r.block <= 1 || kv_dim % r.block == 0);
 }
 
-size_t KvRowCodec::data_bytes() const {
-  switch (dtype) {
-    case DType::Int8: return kv_dim;
-    case DType::Int4: return kv_dim / 2;
-    default: return kv_dim * dtype_traits(dtype).block_bytes;  // plain values (f32, bf16)
-  }
-}
-
-int KvRowCodec::n_params() const {
-  switch (dtype) {
-    case DType::Int8: return kv_dim / head_dim;
-    case DType::Int4: return 2 * (kv_dim / 32);
-    default: return 0;
-  }
-}
+size_t KvRowCodec::other_data_bytes() const { return kv_dim * dtype_traits(dtype).block_bytes; }
 
 void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
   switch (dtype) {

@@ -20,8 +20,23 @@ namespace kvlm {
 struct KvRowCodec {
   DType dtype;
   int kv_dim, head_dim;
-  size_t data_bytes() const;   // the packed values
-  int n_params() const;        // f32 side values: scales (int8), scales + zeros (int4)
+  // Inline: attention asks for both for every run of rows it reads, per head.
+  size_t data_bytes() const {  // the packed values
+    switch (dtype) {
+      case DType::F32: return static_cast<size_t>(kv_dim) * 4;
+      case DType::BF16: return static_cast<size_t>(kv_dim) * 2;
+      case DType::Int8: return kv_dim;
+      case DType::Int4: return kv_dim / 2;
+      default: return other_data_bytes();
+    }
+  }
+  int n_params() const {  // f32 side values: scales (int8), scales + zeros (int4)
+    switch (dtype) {
+      case DType::Int8: return kv_dim / head_dim;
+      case DType::Int4: return 2 * (kv_dim / 32);
+      default: return 0;
+    }
+  }
   size_t bytes() const { return data_bytes() + n_params() * sizeof(float); }
   // One head's share of a row's values, where head h's values and its parameters start (the
   // parameters' only where a head holds whole parameter groups: int8 always, int4 at head sizes
@@ -37,6 +52,9 @@ struct KvRowCodec {
   // Head h of n consecutive rows into out[n][head_dim]: what attention calls, a run at a time
   // (per-row calls cost as much as the decoding at long contexts).
   void decode_rows(const uint8_t* data, const float* params, int h, int n, float* out) const;
+
+ private:
+  size_t other_data_bytes() const;  // plain values of the dtype table's other types
 };
 
 // Whether a codec can hold rows of this shape (int4 needs kv_dim divisible by 32).
