@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace kvlm {
 
@@ -25,25 +26,40 @@ namespace {
 
 // A head's keys (and values) are rows a whole KV row apart: a strided stream the hardware
 // prefetcher followed poorly (at 16K positions the first load of each key took 80% of the score
-// time). Rows kAhead keys ahead are asked for explicitly.
-constexpr int kAhead = 8;
+// time). Rows kAhead keys ahead are asked for explicitly; a group's value sums of encoded rows
+// ask kValueAhead ahead (their first heads' pass through a block waited on rows 8 ahead: 32 ran
+// bf16 decode attention at 16K 8% faster; 24-40 were alike, 48-64 slower; f32 rows, and one
+// head per KV head, ran 2-9% slower with it).
+constexpr int kAhead = 8, kValueAhead = 32;
 inline void prefetch_bytes(const void* p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
 }
+// The lines of [p, p + Bytes), with no loop left at run time: a loop of unknown count in the
+// value sums' key loop made GCC store all twelve accumulators every key.
+template <int Bytes>
+inline void prefetch_span(const char* p) {
+  for (int o = 0; o < Bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  if (Bytes % 64 != 0) _mm_prefetch(p + Bytes - 1, _MM_HINT_T0);
+}
 
-// Row readers: load8(j, d) is elements d..d+7 of row j as f32. Encoded rows are widened in
+// Row readers: load8(j, d) is elements d..d+7 of row j as f32, at(j, d) the byte it starts at,
+// kBits the bits per element. Encoded rows are widened in
 // registers with the arithmetic of the codec's decoder (kv_quant.cpp: exact for bf16, one multiply
 // for int8, one fused multiply-add for int4), so every score and value sum is bit-identical to
 // decoding the rows first, without the f32 copy (which cost as much as the arithmetic).
 struct F32Rows {
   const float* p;
   size_t stride;
+  static constexpr int kBits = 32;
   __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const { return _mm256_loadu_ps(p + j * stride + d); }
+  const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
   void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * sizeof(float)); }
 };
 struct Bf16Rows {
   const uint16_t* p;  // head h's first value of row 0
   size_t stride;      // values per row
+  static constexpr int kBits = 16;
+  const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
   __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const {
     // The eight values in both halves, each moved to the top of its float by one byte shuffle:
     // the same floats in the same lanes as widening then shifting, in one operation fewer.
@@ -60,6 +76,8 @@ struct Bf16Rows {
 struct Bf16RowsNoMask {
   const uint16_t* p;
   size_t stride;
+  static constexpr int kBits = 16;
+  const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
   __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const {
     const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
@@ -71,6 +89,8 @@ struct Int8Rows {
   size_t stride;    // bytes per row
   const float* scale;  // head h's scale of row 0
   size_t pstride;      // parameters per row
+  static constexpr int kBits = 8;
+  const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
   __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const {
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j * stride + d));
     return _mm256_mul_ps(_mm256_set1_ps(scale[j * pstride]), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
@@ -82,6 +102,8 @@ struct Int4Rows {
   size_t stride;       // bytes per row
   const float* prm;    // that group's scale and zero point of row 0
   size_t pstride;      // parameters per row
+  static constexpr int kBits = 4;
+  const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d / 2); }
   __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const {
     const int gi = d / 32, o = d % 32;
     uint32_t w;
@@ -235,7 +257,10 @@ __attribute__((target("avx2,fma"))) void scores_f32_any(const float* q, int g, i
 // One head (H = 1) keeps a whole head of up to 128 in registers; a GQA group takes tiles of four
 // heads by three slices (12 + 3 + 1 of AVX2's 16 registers), so a multiply-add needs 7 / 12 loads,
 // not the 9 / 8 of one head at a time. Per element the keys are summed in order, as the twin does.
-template <int H, int S, bool Prefetch, class Rows>
+// What a value tile asks for ahead: nothing, the whole row kAhead keys on, or its own slice of
+// the row kValueAhead keys on.
+enum class Ask { None, Row, Slice };
+template <int H, int S, Ask A, class Rows>
 __attribute__((target("avx2,fma"))) void accumulate_tile(float* acc, int hd, const float* p, size_t p_stride, const Rows& v,
                                                           int d, int j0, int j1) {
   if (j0 >= j1) return;  // with a loop that might not run, GCC stored every accumulator each key
@@ -244,7 +269,8 @@ __attribute__((target("avx2,fma"))) void accumulate_tile(float* acc, int hd, con
     for (int c = 0; c < S; ++c) a[h * S + c] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d + 8 * c);
   int j = j0;
   do {
-    if (Prefetch) v.prefetch(j + kAhead, hd);
+    if (A == Ask::Row) v.prefetch(j + kAhead, hd);
+    if (A == Ask::Slice) prefetch_span<S * Rows::kBits>(v.at(j + kValueAhead, d));  // 8S elements
     __m256 vv[S];
     for (int c = 0; c < S; ++c) vv[c] = v.load8(j, d + 8 * c);
     for (int h = 0; h < H; ++h) {
@@ -347,46 +373,51 @@ __attribute__((target("avx2,fma"))) void accumulate_avx2(AttnState& st, const fl
       const bool lead = i == first;  // the first head's pass brings the rows in
       switch (hd) {  // the common head sizes
         case 64:
-          lead ? accumulate_tile<1, 8, true>(acc, hd, pi, 0, v, 0, j0, j1) : accumulate_tile<1, 8, false>(acc, hd, pi, 0, v, 0, j0, j1);
+          lead ? accumulate_tile<1, 8, Ask::Row>(acc, hd, pi, 0, v, 0, j0, j1) : accumulate_tile<1, 8, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1);
           continue;
         case 128:
-          lead ? accumulate_tile<1, 16, true>(acc, hd, pi, 0, v, 0, j0, j1) : accumulate_tile<1, 16, false>(acc, hd, pi, 0, v, 0, j0, j1);
+          lead ? accumulate_tile<1, 16, Ask::Row>(acc, hd, pi, 0, v, 0, j0, j1) : accumulate_tile<1, 16, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1);
           continue;
-        case 32: accumulate_tile<1, 4, false>(acc, hd, pi, 0, v, 0, j0, j1); continue;
-        case 16: accumulate_tile<1, 2, false>(acc, hd, pi, 0, v, 0, j0, j1); continue;
-        case 8: accumulate_tile<1, 1, false>(acc, hd, pi, 0, v, 0, j0, j1); continue;
+        case 32: accumulate_tile<1, 4, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1); continue;
+        case 16: accumulate_tile<1, 2, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1); continue;
+        case 8: accumulate_tile<1, 1, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1); continue;
         default: break;
       }
-      for (int d = 0; d + 8 <= hd; d += 8) accumulate_tile<1, 1, false>(acc, hd, pi, 0, v, d, j0, j1);
+      for (int d = 0; d + 8 <= hd; d += 8) accumulate_tile<1, 1, Ask::None>(acc, hd, pi, 0, v, d, j0, j1);
     }
   }
 }
 
-// Slices [0, hd) of H heads from acc, three at a time, then two and one.
-template <int H, bool Prefetch, class Rows>
+// Slices [0, hd) of H heads from acc, three at a time, then two and one. Asking ahead (A): the
+// first tile for the whole rows (Row), or every tile for its slice (Slice).
+template <int H, Ask A, class Rows>
 __attribute__((target("avx2,fma"))) void accumulate_heads_avx2(float* acc, int hd, const float* p, size_t p_stride,
                                                                 const Rows& v, int j0, int j1) {
+  constexpr Ask rest = A == Ask::Slice ? Ask::Slice : Ask::None;
   int d = 0;
-  if (hd >= 24) accumulate_tile<H, 3, Prefetch>(acc, hd, p, p_stride, v, 0, j0, j1), d = 24;
-  for (; d + 24 <= hd; d += 24) accumulate_tile<H, 3, false>(acc, hd, p, p_stride, v, d, j0, j1);
-  for (; d + 16 <= hd; d += 16) accumulate_tile<H, 2, false>(acc, hd, p, p_stride, v, d, j0, j1);
-  for (; d < hd; d += 8) accumulate_tile<H, 1, false>(acc, hd, p, p_stride, v, d, j0, j1);
+  if (hd >= 24) accumulate_tile<H, 3, A>(acc, hd, p, p_stride, v, 0, j0, j1), d = 24;
+  for (; d + 24 <= hd; d += 24) accumulate_tile<H, 3, rest>(acc, hd, p, p_stride, v, d, j0, j1);
+  for (; d + 16 <= hd; d += 16) accumulate_tile<H, 2, rest>(acc, hd, p, p_stride, v, d, j0, j1);
+  for (; d < hd; d += 8) accumulate_tile<H, 1, rest>(acc, hd, p, p_stride, v, d, j0, j1);
 }
 
-// Heads [first, g) of a group (hd % 8 == 0), four at a time, kBlock keys at a time.
+// Heads [first, g) of a group (hd % 8 == 0), four at a time, kBlock keys at a time. The first
+// four ask for the rows ahead: encoded ones by slices kValueAhead on, f32 ones whole kAhead on
+// (by slices they measured 1-3% slower).
 template <class Rows>
 __attribute__((target("avx2,fma"))) void accumulate_group_avx2(AttnState& st, const float* p, size_t p_stride, const Rows& v,
                                                                 int n, int first) {
+  constexpr Ask kLead = std::is_same_v<Rows, F32Rows> ? Ask::Row : Ask::Slice;
   const int hd = st.hd;
   for (int j0 = 0; j0 < n; j0 += kBlock) {
     const int j1 = std::min(n, j0 + kBlock);
     int i = first;
     for (; i + 4 <= st.g; i += 4) {
       float* acc = st.acc + static_cast<size_t>(i) * hd;
-      i == first ? accumulate_heads_avx2<4, true>(acc, hd, p + i * p_stride, p_stride, v, j0, j1)
-                 : accumulate_heads_avx2<4, false>(acc, hd, p + i * p_stride, p_stride, v, j0, j1);
+      i == first ? accumulate_heads_avx2<4, kLead>(acc, hd, p + i * p_stride, p_stride, v, j0, j1)
+                 : accumulate_heads_avx2<4, Ask::None>(acc, hd, p + i * p_stride, p_stride, v, j0, j1);
     }
-    for (; i < st.g; ++i) accumulate_heads_avx2<1, false>(st.acc + static_cast<size_t>(i) * hd, hd, p + i * p_stride, p_stride, v, j0, j1);
+    for (; i < st.g; ++i) accumulate_heads_avx2<1, Ask::None>(st.acc + static_cast<size_t>(i) * hd, hd, p + i * p_stride, p_stride, v, j0, j1);
   }
 }
 
