@@ -1,4 +1,5 @@
 #include "kernels/attention.h"
+#include "kernels/attention_avx512.h"
 #include "core/cpu.h"
 #include "kernels/dot.h"
 #include "kernels/vexp.h"
@@ -282,80 +283,6 @@ __attribute__((target("avx2,fma"))) void accumulate_tile(float* acc, int hd, con
     for (int c = 0; c < S; ++c) _mm256_storeu_ps(acc + static_cast<size_t>(h) * hd + d + 8 * c, a[h * S + c]);
 }
 
-// With AVX-512, H = 16 / C heads of C zmm each (4 heads of 64, 2 of 128) share each value row's
-// loads (and, for encoded rows, its widening): a GQA group reads its rows once per H heads
-// instead of once per head. Per element it is the same fused multiply-add in the same key order
-// as accumulate_tile, on the same widened values: bit-identical results.
-#define KVLM_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")))
-// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through their masked builtins, which
-// -Wmaybe-uninitialized reports once inlined; nothing is read uninitialized.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-struct F32Rows16 {
-  const float* p;
-  size_t stride;
-  KVLM_AVX512 __m512 load16(int j, int d) const { return _mm512_loadu_ps(p + j * stride + d); }
-  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * sizeof(float)); }
-};
-struct Bf16Rows16 {
-  const uint16_t* p;
-  size_t stride;
-  KVLM_AVX512 __m512 load16(int j, int d) const {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j * stride + d));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
-  }
-  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
-};
-struct Int8Rows16 {
-  const int8_t* p;
-  size_t stride;
-  const float* scale;
-  size_t pstride;
-  KVLM_AVX512 __m512 load16(int j, int d) const {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d));
-    return _mm512_mul_ps(_mm512_set1_ps(scale[j * pstride]), _mm512_cvtepi32_ps(_mm512_maskz_cvtepi8_epi32(0xFFFF, q)));
-  }
-  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd); }
-};
-
-template <int C, class Rows>
-KVLM_AVX512 void accumulate_heads_avx512(float* acc, const float* p, size_t p_stride, const Rows& v, int n) {
-  constexpr int H = 16 / C;
-  __m512 a[H][C];
-  for (int h = 0; h < H; ++h)
-    for (int c = 0; c < C; ++c) a[h][c] = _mm512_loadu_ps(acc + h * 16 * C + 16 * c);
-  for (int j = 0; j < n; ++j) {
-    v.prefetch(j + kAhead, 16 * C);
-    __m512 vv[C];
-    for (int c = 0; c < C; ++c) vv[c] = v.load16(j, 16 * c);
-    for (int h = 0; h < H; ++h) {
-      const __m512 w = _mm512_set1_ps(p[h * p_stride + j]);
-      for (int c = 0; c < C; ++c) a[h][c] = _mm512_fmadd_ps(w, vv[c], a[h][c]);
-    }
-  }
-  for (int h = 0; h < H; ++h)
-    for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc + h * 16 * C + 16 * c, a[h][c]);
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
-// Heads [0, returned) of the state by accumulate_heads_avx512 (none where it does not apply).
-template <class Rows>
-int accumulate_heads(AttnState& st, const float* p, size_t p_stride, const Rows& v, int n) {
-  if (!isa_at_least(Isa::Avx512) || (st.hd != 64 && st.hd != 128)) return 0;
-  const int C = st.hd / 16, H = 16 / C;
-  int first = 0;
-  for (; first + H <= st.g; first += H) {
-    float* acc = st.acc + static_cast<size_t>(first) * st.hd;
-    if (C == 4) accumulate_heads_avx512<4>(acc, p + first * p_stride, p_stride, v, n);
-    else accumulate_heads_avx512<8>(acc, p + first * p_stride, p_stride, v, n);
-  }
-  return first;
-}
-
 // Elements [0, hd - hd % 8) of heads [first, g); the caller adds the rest. Keys are taken kBlock
 // at a time, every head over each block: a block of rows (8 KiB of f32 at a head size of 64)
 // stays in L1 for the group's heads, where a whole span (32 KiB) came from L2 once per head.
@@ -503,7 +430,7 @@ void attn_scores(const float* q, int g, int hd, float scale, const float* k, siz
 void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n) {
 #if KVLM_X86
   if (isa_at_least(Isa::Avx2)) {
-    const int first = accumulate_heads(st, p, p_stride, F32Rows16{v, stride}, n);  // AVX-512: heads by fours
+    const int first = avx512::accumulate_f32_heads(st, p, p_stride, v, stride, n);  // heads by fours, where it can
     if (st.g - first >= 4 && st.hd % 8 == 0) accumulate_group_avx2(st, p, p_stride, F32Rows{v, stride}, n, first);
     else accumulate_avx2(st, p, p_stride, F32Rows{v, stride}, n, first);
     for (int d = st.hd - st.hd % 8; d < st.hd; ++d)
@@ -559,20 +486,7 @@ bool attn_accumulate_encoded(AttnState& st, const float* p, size_t p_stride, con
   if (st.g >= 4) {
     // A group's heads share each widened row: AVX-512 widens it once per four heads (bf16, int8,
     // head sizes 64 and 128), AVX2 each slice once per tile of four heads (accumulate_tile).
-    const KvRowCodec& c = *v.codec;
-    const int hd = c.head_dim, H = hd == 64 ? 4 : 2;
-    const size_t db = c.data_bytes();
-    if (isa_at_least(Isa::Avx512) && (hd == 64 || hd == 128) && st.g % H == 0 && c.dtype == DType::BF16) {
-      accumulate_heads(st, p, p_stride, Bf16Rows16{reinterpret_cast<const uint16_t*>(v.data) + static_cast<size_t>(v.h) * hd, db / 2}, n);
-      return true;
-    }
-    if (isa_at_least(Isa::Avx512) && (hd == 64 || hd == 128) && st.g % H == 0 && c.dtype == DType::Int8) {
-      accumulate_heads(st, p, p_stride,
-                       Int8Rows16{reinterpret_cast<const int8_t*>(v.data) + static_cast<size_t>(v.h) * hd, db, v.params + v.h,
-                                  static_cast<size_t>(c.n_params())},
-                       n);
-      return true;
-    }
+    if (avx512::accumulate_encoded(st, p, p_stride, v, n)) return true;
     return with_encoded_rows<Bf16RowsNoMask>(v, [&](const auto& rows) { accumulate_group_avx2(st, p, p_stride, rows, n, 0); });
   }
   return with_encoded_rows<Bf16Rows>(v, [&](const auto& rows) { accumulate_avx2(st, p, p_stride, rows, n); });

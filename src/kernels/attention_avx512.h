@@ -1,0 +1,21 @@
+// AVX-512 value sums of a GQA group, which attention.cpp calls where the CPU has AVX-512: 16 / C
+// heads of C zmm each (four heads of 64, two of 128) share each value row's loads (and, for
+// encoded rows, its widening), so a group reads its rows once per four or two heads. Per element
+// it is the same fused multiply-add in the same key order as the AVX2 tiles, on the same widened
+// values: bit-identical results.
+#pragma once
+#include <cstddef>
+
+#include "kernels/attention.h"
+
+namespace kvlm::avx512 {
+
+// Heads [0, returned) of st summed over f32 rows v (`stride` floats apart); the caller sums the
+// rest. 0 where the CPU lacks AVX-512 or the head size is not 64 or 128.
+int accumulate_f32_heads(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n);
+
+// Every head of st summed over bf16 or int8 rows; false where they do not fit (no AVX-512,
+// another type, a head size other than 64 or 128, or a group that is not whole fours or twos).
+bool accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const EncodedRows& v, int n);
+
+}  // namespace kvlm::avx512
