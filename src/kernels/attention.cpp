@@ -29,8 +29,8 @@ namespace {
 // prefetcher followed poorly (at 16K positions the first load of each key took 80% of the score
 // time). Rows kAhead keys ahead are asked for explicitly; a group's value sums of encoded rows
 // ask kValueAhead ahead (their first heads' pass through a block waited on rows 8 ahead: 32 ran
-// bf16 decode attention at 16K 8% faster; 24-40 were alike, 48-64 slower; f32 rows, and one
-// head per KV head, ran 2-9% slower with it).
+// bf16 decode attention at 16K 8% faster; 24-40 were alike, 48-64 slower; f32 rows ran 1-4%
+// slower with it, one head per KV head 5-9%).
 constexpr int kAhead = 8, kValueAhead = 32;
 inline void prefetch_bytes(const void* p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
@@ -43,11 +43,11 @@ inline void prefetch_span(const char* p) {
   if (Bytes % 64 != 0) _mm_prefetch(p + Bytes - 1, _MM_HINT_T0);
 }
 
-// Row readers: load8(j, d) is elements d..d+7 of row j as f32, at(j, d) the byte it starts at,
-// kBits the bits per element. Encoded rows are widened in
-// registers with the arithmetic of the codec's decoder (kv_quant.cpp: exact for bf16, one multiply
-// for int8, one fused multiply-add for int4), so every score and value sum is bit-identical to
-// decoding the rows first, without the f32 copy (which cost as much as the arithmetic).
+// Row readers: load8(j, d) is elements d..d+7 of row j as f32, at(j, d) the byte element d of
+// row j starts at, kBits the bits per element. Encoded rows are widened in registers with the
+// arithmetic of the codec's decoder (kv_quant.cpp: exact for bf16, one multiply for int8, one
+// fused multiply-add for int4), so every score and value sum is bit-identical to decoding the rows
+// first, without the f32 copy (which cost as much as the arithmetic).
 struct F32Rows {
   const float* p;
   size_t stride;
@@ -330,7 +330,7 @@ __attribute__((target("avx2,fma"))) void accumulate_heads_avx2(float* acc, int h
 
 // Heads [first, g) of a group (hd % 8 == 0), four at a time, kBlock keys at a time. The first
 // four ask for the rows ahead: encoded ones by slices kValueAhead on, f32 ones whole kAhead on
-// (by slices they measured 1-3% slower).
+// (by slices they measured 1-4% slower).
 template <class Rows>
 __attribute__((target("avx2,fma"))) void accumulate_group_avx2(AttnState& st, const float* p, size_t p_stride, const Rows& v,
                                                                 int n, int first) {
