@@ -2,6 +2,7 @@
 #include "kernels/attention_avx512.h"
 #include "core/cpu.h"
 #include "kernels/dot.h"
+#include "kernels/prefetch.h"
 #include "kernels/vexp.h"
 
 #if defined(__x86_64__)
@@ -32,16 +33,6 @@ namespace {
 // bf16 decode attention at 16K 8% faster; 24-40 were alike, 48-64 slower; f32 rows ran 1-4%
 // slower with it, one head per KV head 5-9%).
 constexpr int kAhead = 8, kValueAhead = 32;
-inline void prefetch_bytes(const void* p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
-}
-// The lines of [p, p + Bytes), with no loop left at run time: a loop of unknown count in the
-// value sums' key loop made GCC store all twelve accumulators every key.
-template <int Bytes>
-inline void prefetch_span(const char* p) {
-  for (int o = 0; o < Bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-  if (Bytes % 64 != 0) _mm_prefetch(p + Bytes - 1, _MM_HINT_T0);
-}
 
 // Row readers: load8(j, d) is elements d..d+7 of row j as f32, at(j, d) the byte element d of
 // row j starts at, kBits the bits per element. Encoded rows are widened in registers with the
@@ -71,19 +62,14 @@ struct Bf16Rows {
   }
   void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
 };
-// The same floats widened without a constant, for the value sums' tiles of four heads: they take
+// Bf16Rows widened without a constant, for the value sums' tiles of four heads: they take
 // all 16 registers, and the shuffle's mask left one accumulator in memory, stored and reloaded
 // every key (bf16 decode attention at 16K ran 8-11% longer).
-struct Bf16RowsNoMask {
-  const uint16_t* p;
-  size_t stride;
-  static constexpr int kBits = 16;
-  const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
+struct Bf16RowsNoMask : Bf16Rows {
   __attribute__((target("avx2,fma"))) __m256 load8(int j, int d) const {
     const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
   }
-  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
 };
 struct Int8Rows {
   const int8_t* p;  // head h's first value of row 0

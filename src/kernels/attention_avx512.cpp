@@ -1,6 +1,7 @@
 #include "kernels/attention_avx512.h"
 
 #include "core/cpu.h"
+#include "kernels/prefetch.h"
 
 #if KVLM_X86
 #include <immintrin.h>
@@ -13,9 +14,6 @@ namespace {
 
 // As attention.cpp's AVX2 readers: rows 8 keys ahead are asked for.
 constexpr int kAhead = 8;
-inline void prefetch_bytes(const void* p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
-}
 
 #define KVLM_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")))
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through their masked builtins, which

@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
 #include "kernels/linear.h"
+#include "kernels/prefetch.h"
 
 namespace kvlm {
 
@@ -237,9 +238,6 @@ namespace {
 // matrices went from 15.5 to 17.7 GB/s at one token, and 10-17% faster at 2 to 8 tokens (medians
 // of 12 alternated passes on an AVX2 EPYC whose two cores read 18-20 GB/s).
 constexpr size_t kPrefetchQ4 = 2048, kPrefetchQ8 = 1024;
-inline void prefetch_block(const uint8_t* p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
-}
 }  // namespace
 
 using GroupKernel = void (*)(DType, const uint8_t*, const QuantizedActs&, int, float[][kGroupRows]);
