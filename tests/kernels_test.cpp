@@ -141,6 +141,16 @@ TEST(Kernels, SoftmaxExpIsTheGeneralExpBitForBitBelowZero) {
       }
     }
   }
+  // The general exp at its ends: overflow to inf, NaN (of either sign) kept, and inside the range
+  // within 2 ulp of libm's.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float ends[8] = {inf, 88.8f, 1e30f, std::nanf(""), -std::nanf(""), -inf, 88.7f, 1.0f};
+  float got[8], unused[8];
+  both_exps(ends, got, unused);
+  for (int l : {0, 1, 2}) EXPECT_EQ(got[l], inf) << "x=" << ends[l];
+  EXPECT_TRUE(std::isnan(got[3]) && std::isnan(got[4]));
+  EXPECT_EQ(got[5], 0.0f);
+  for (int l : {6, 7}) EXPECT_NEAR(got[l], std::exp(ends[l]), 2.5e-7f * std::exp(ends[l])) << "x=" << ends[l];
 }
 #endif
 

@@ -29,10 +29,11 @@ __attribute__((target("avx2,fma"))) inline void exp8_reduced(__m256* x, __m256* 
 }
 
 __attribute__((target("avx2,fma"))) inline __m256 exp8_avx2(__m256 x) {
-  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q), in = x;
   const __m256 hi = _mm256_set1_ps(88.7228391f), lo = _mm256_set1_ps(-87.3365448f);
   const __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 p = _mm256_max_ps(_mm256_min_ps(x, hi), lo), n;
+  // min/max return their second operand where either is NaN: a NaN stays NaN throughout (its
+  // 2^n below is a finite number), and neither mask holds for it.
+  __m256 p = _mm256_max_ps(lo, _mm256_min_ps(hi, x)), n;
   exp8_reduced<1>(&p, &n);
   // 2^n in two steps, so n = 128 (x near the top of the range) does not overflow the exponent.
   const __m256i e = _mm256_cvtps_epi32(n);
@@ -41,8 +42,7 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8_avx2(__m256 x) {
   const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e2, _mm256_set1_epi32(127)), 23));
   __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
   y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), over);
-  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
-  return _mm256_blendv_ps(y, in, nan);  // NaN stays NaN
+  return _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
 }
 
 // exp8_avx2 for x <= 0 (and NaN), as the softmax takes it (a score less the span's max), K vectors
@@ -50,21 +50,19 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8_avx2(__m256 x) {
 // multiply. The same results as exp8_avx2 bit for bit: multiplying by 2^n in one step or two
 // rounds once either way. A tenth of a long-context int8 step was spent in exp; this drops a
 // third of its operations, and four vectors at a time ran a span's softmax a quarter faster
-// than one (two: a fifth), though four spill a few registers.
+// than one (two: a fifth).
 template <int K>
 __attribute__((target("avx2,fma"))) inline void exp8xk_nonpositive_avx2(__m256* x) {
   const __m256 lo = _mm256_set1_ps(-87.3365448f);
-  __m256 nan[K], under[K], p[K], n[K];
+  __m256 under[K], p[K], n[K];
   for (int k = 0; k < K; ++k) {
-    nan[k] = _mm256_cmp_ps(x[k], x[k], _CMP_UNORD_Q);
     under[k] = _mm256_cmp_ps(x[k], lo, _CMP_LT_OQ);
-    p[k] = _mm256_max_ps(x[k], lo);
+    p[k] = _mm256_max_ps(lo, x[k]);  // NaN stays NaN, as in exp8_avx2
   }
   exp8_reduced<K>(p, n);
   for (int k = 0; k < K; ++k) {
     const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n[k]), _mm256_set1_epi32(127));  // >= 1
-    const __m256 y = _mm256_andnot_ps(under[k], _mm256_mul_ps(p[k], _mm256_castsi256_ps(_mm256_slli_epi32(e, 23))));  // below the range: 0
-    x[k] = _mm256_blendv_ps(y, x[k], nan[k]);
+    x[k] = _mm256_andnot_ps(under[k], _mm256_mul_ps(p[k], _mm256_castsi256_ps(_mm256_slli_epi32(e, 23))));  // below the range: 0
   }
 }
 
