@@ -23,25 +23,32 @@ constexpr int kHeads = 4, kKvHeads = 2, kHd = 32, kKvDim = kKvHeads * kHd, kQDim
 
 using test::randn;
 
-// One sequence: `cached` positions in the view, `fresh` new rows after them.
-std::vector<float> run(const KvLayerView& view, int cached, int fresh, int window, const std::vector<float>& q,
-                       const std::vector<float>& k, const std::vector<float>& v, int threads = 0) {
+// One sequence: `cached` positions in the view, `fresh` new rows after them, `heads` query heads
+// over `kv_heads` KV heads of kHd.
+std::vector<float> run_heads(const KvLayerView& view, int cached, int fresh, int window, int heads, int kv_heads,
+                             const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                             int threads = 0) {
   AttentionBatch b;
-  b.n_heads = kHeads;
-  b.n_kv_heads = kKvHeads;
+  b.n_heads = heads;
+  b.n_kv_heads = kv_heads;
   b.head_dim = kHd;
   b.scale = 0.17f;
   b.window = window;
   b.q = q.data();
   b.k = k.data();
   b.v = v.data();
-  std::vector<float> out(static_cast<size_t>(fresh) * kQDim, -1.0f);
+  std::vector<float> out(static_cast<size_t>(fresh) * heads * kHd, -1.0f);
   b.out = out.data();
   b.add_seq(cached, fresh);
   b.seqs[0].kv = view;
   ThreadPool pool(threads > 0 ? threads : ThreadPool::default_threads());  // KVLM_THREADS applies
   attention_batch(b, pool);
   return out;
+}
+
+std::vector<float> run(const KvLayerView& view, int cached, int fresh, int window, const std::vector<float>& q,
+                       const std::vector<float>& k, const std::vector<float>& v, int threads = 0) {
+  return run_heads(view, cached, fresh, window, kHeads, kKvHeads, q, k, v, threads);
 }
 
 }  // namespace
@@ -186,6 +193,64 @@ TEST(AttentionBatch, LongContextRowsAreTheSameHoweverTheWorkIsCut) {
         double ref = 0;
         for (int j = lo; j <= p; ++j) ref += w[j] / sum * vv[static_cast<size_t>(j) * kKvDim + g * kHd + x];
         EXPECT_NEAR(last[h * kHd + x], ref, 1e-5) << "head " << h << " window " << window;
+      }
+    }
+  }
+}
+
+// A decode step of groups of 4+ heads (where the cached f32 rows are also asked for whole, a piece
+// ahead): every layout gives the contiguous array's result bit for bit, with a window too, and
+// with the blocks before the window freed; and that result is a plain softmax in double.
+TEST(AttentionBatch, DecodeStepsOfLargeGroupsAgreeAcrossLayouts) {
+  const int heads = 8, kv_heads = 2, kv_dim = kv_heads * kHd, cached = 700, bs = 16, blocks = (cached + bs - 1) / bs;
+  const auto ck = randn(static_cast<size_t>(cached) * kv_dim, 31), cv = randn(ck.size(), 32);
+  const auto q = randn(static_cast<size_t>(heads) * kHd, 33), k = randn(kv_dim, 34), v = randn(kv_dim, 35);
+  std::vector<int> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(8));
+  std::vector<float> pk(static_cast<size_t>(blocks) * bs * kv_dim), pv(pk.size());
+  for (int p = 0; p < cached; ++p) {
+    const size_t row = static_cast<size_t>(table[p / bs]) * bs + p % bs;
+    std::copy_n(ck.begin() + static_cast<size_t>(p) * kv_dim, kv_dim, pk.begin() + row * kv_dim);
+    std::copy_n(cv.begin() + static_cast<size_t>(p) * kv_dim, kv_dim, pv.begin() + row * kv_dim);
+  }
+  for (int window : {0, 300}) {
+    KvLayerView flat;
+    flat.ring_rows = cached;
+    flat.k = ck.data();
+    flat.v = cv.data();
+    const auto want = run_heads(flat, cached, 1, window, heads, kv_heads, q, k, v, 1);
+    KvLayerView paged;
+    paged.block_table = table.data();
+    paged.block_size = bs;
+    paged.k = pk.data();
+    paged.v = pv.data();
+    std::vector<int> freed = table;
+    for (int b = 0; window > 0 && b < (cached + 1 - window) / bs; ++b) freed[b] = -1;
+    for (int threads : {1, 2}) {
+      EXPECT_EQ(run_heads(flat, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
+      EXPECT_EQ(run_heads(paged, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
+      KvLayerView sparse = paged;
+      sparse.block_table = freed.data();
+      EXPECT_EQ(run_heads(sparse, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
+    }
+    const int p = cached, lo = window ? p - window + 1 : 0;
+    auto key = [&](int j, int x) { return j < cached ? ck[static_cast<size_t>(j) * kv_dim + x] : k[x]; };
+    auto val = [&](int j, int x) { return j < cached ? cv[static_cast<size_t>(j) * kv_dim + x] : v[x]; };
+    for (int h = 0; h < heads; ++h) {
+      const int g = h / (heads / kv_heads);
+      std::vector<double> w(p + 1, 0.0);
+      double mx = -1e300, sum = 0;
+      for (int j = lo; j <= p; ++j) {
+        double d = 0;
+        for (int x = 0; x < kHd; ++x) d += double(q[h * kHd + x]) * key(j, g * kHd + x);
+        mx = std::max(mx, w[j] = 0.17 * d);
+      }
+      for (int j = lo; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
+      for (int x = 0; x < kHd; ++x) {
+        double ref = 0;
+        for (int j = lo; j <= p; ++j) ref += w[j] / sum * val(j, g * kHd + x);
+        EXPECT_NEAR(want[h * kHd + x], ref, 1e-5) << "head " << h << " window " << window;
       }
     }
   }
