@@ -255,3 +255,61 @@ TEST(AttentionBatch, DecodeStepsOfLargeGroupsAgreeAcrossLayouts) {
     }
   }
 }
+
+// The same for int8 rows with an f32 ring of the newest positions (groups of 4+ heads: integer
+// scores and value sums, and the value rows asked for whole): contiguous and shuffled blocks, with
+// a window and the blocks before it freed, on one and two threads, give one result bit for bit.
+TEST(AttentionBatch, EncodedDecodeStepsOfLargeGroupsAgreeAcrossLayouts) {
+  const int heads = 8, kv_heads = 2, kv_dim = kv_heads * kHd, cached = 700, hot = 48, bs = 16;
+  const int blocks = (cached + bs - 1) / bs;
+  KvRowCodec codec{DType::Int8, kv_dim, kHd};
+  const size_t db = codec.data_bytes(), pn = static_cast<size_t>(codec.n_params());
+  const auto ck = randn(static_cast<size_t>(cached) * kv_dim, 41), cv = randn(ck.size(), 42);
+  const auto q = randn(static_cast<size_t>(heads) * kHd, 43), k = randn(kv_dim, 44), v = randn(kv_dim, 45);
+  std::vector<int> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(9));
+  std::vector<uint8_t> kq(cached * db), vq(kq.size()), pkq(static_cast<size_t>(blocks) * bs * db), pvq(pkq.size());
+  std::vector<float> kp(cached * pn), vp(kp.size()), pkp(static_cast<size_t>(blocks) * bs * pn), pvp(pkp.size());
+  std::vector<float> hk(static_cast<size_t>(hot) * kv_dim), hv(hk.size());
+  for (int p = 0; p < cached; ++p) {
+    codec.encode(ck.data() + static_cast<size_t>(p) * kv_dim, kq.data() + p * db, kp.data() + p * pn);
+    codec.encode(cv.data() + static_cast<size_t>(p) * kv_dim, vq.data() + p * db, vp.data() + p * pn);
+    const size_t row = static_cast<size_t>(table[p / bs]) * bs + p % bs;
+    std::copy_n(kq.begin() + p * db, db, pkq.begin() + row * db), std::copy_n(vq.begin() + p * db, db, pvq.begin() + row * db);
+    std::copy_n(kp.begin() + p * pn, pn, pkp.begin() + row * pn), std::copy_n(vp.begin() + p * pn, pn, pvp.begin() + row * pn);
+    if (p >= cached - hot) {
+      std::copy_n(ck.begin() + static_cast<size_t>(p) * kv_dim, kv_dim, hk.begin() + static_cast<size_t>(p % hot) * kv_dim);
+      std::copy_n(cv.begin() + static_cast<size_t>(p) * kv_dim, kv_dim, hv.begin() + static_cast<size_t>(p % hot) * kv_dim);
+    }
+  }
+  auto with_ring = [&](KvLayerView view) {
+    view.codec = &codec;
+    view.hot_from = cached - hot;
+    view.hot_rows = hot;
+    view.hot_k = hk.data();
+    view.hot_v = hv.data();
+    return view;
+  };
+  KvLayerView flat;
+  flat.ring_rows = cached;
+  flat.kq = kq.data(), flat.vq = vq.data(), flat.kp = kp.data(), flat.vp = vp.data();
+  flat = with_ring(flat);
+  KvLayerView paged;
+  paged.block_table = table.data();
+  paged.block_size = bs;
+  paged.kq = pkq.data(), paged.vq = pvq.data(), paged.kp = pkp.data(), paged.vp = pvp.data();
+  paged = with_ring(paged);
+  for (int window : {0, 300}) {
+    const auto want = run_heads(flat, cached, 1, window, heads, kv_heads, q, k, v, 1);
+    std::vector<int> freed = table;
+    for (int b = 0; window > 0 && b < (cached + 1 - window) / bs; ++b) freed[b] = -1;
+    for (int threads : {1, 2}) {
+      EXPECT_EQ(run_heads(flat, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
+      EXPECT_EQ(run_heads(paged, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
+      KvLayerView sparse = paged;
+      sparse.block_table = freed.data();
+      EXPECT_EQ(run_heads(sparse, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
+    }
+  }
+}

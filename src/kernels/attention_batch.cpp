@@ -142,7 +142,7 @@ class Attender {
     const int pos0 = seq.context_len;
     const KvRowCodec* codec = from < pos0 ? seq.kv.codec : nullptr;
     const bool int_scores = codec && integer_scores(*codec, group_), int_values = codec && integer_values(*codec, group_);
-    const bool ask_ahead = asks_ahead(seq.kv.codec), whole_ahead = asks_whole_rows(seq);
+    const bool ask_ahead = asks_ahead(seq.kv.codec), whole_keys = asks_whole_rows(seq), whole_values = whole_keys || ask_ahead;
     for (int g = g0; g < g1; ++g) {
       AttnState a = st.at(g - g0);
       a.reset();
@@ -163,8 +163,8 @@ class Attender {
         for (int g = g0; g < g1; ++g) {
           // The integer scores ask for their keys and parameters themselves (32 keys ahead):
           // asking here as well ran int8 and int4 decode attention at 16K 3% slower.
-          if (ask_ahead && !int_scores) prefetch_rows(t, g, a + kPiece, a + 2 * kPiece, false, g == g0);
-          if (whole_ahead) prefetch_whole_rows(t, a + kPiece, g - g0, g1 - g0, false);
+          if (ask_ahead && !int_scores) prefetch_keys(t, g, a + kPiece, a + 2 * kPiece, g == g0);
+          if (whole_keys) prefetch_whole_rows(t, a + kPiece, g - g0, g1 - g0, false);
           scores(w, t, g, j0, a, std::min(j1, a + kPiece), int_scores, w.s.data() + (g - g0) * s_per);
         }
       for (int g = g0; g < g1; ++g) {
@@ -177,8 +177,7 @@ class Attender {
       const int enc_to = int_values ? std::max(j0, std::min({j1, pos0, seq.kv.hot_from})) : j0;
       for (int a = j0; a < j1; a += kPiece)
         for (int g = g0; g < g1; ++g) {
-          if (ask_ahead) prefetch_rows(t, g, a + kPiece, a + 2 * kPiece, true, g == g0);
-          if (whole_ahead) prefetch_whole_rows(t, a + kPiece, g - g0, g1 - g0, true);
+          if (whole_values) prefetch_whole_rows(t, a + kPiece, g - g0, g1 - g0, true);
           AttnState st_g = st.at(g - g0);
           values(w, t, g, j0, a, std::min(j1, a + kPiece), enc_to, w.s.data() + (g - g0) * s_per, st_g);
         }
@@ -194,7 +193,9 @@ class Attender {
     return b_.q + static_cast<size_t>(t) * b_.n_heads * hd_ + static_cast<size_t>(g) * group_ * hd_;
   }
 
-  // Whether prefetch_rows asks for a sequence's cached rows: only where a head's part of a row
+  // Whether prefetch_keys asks for a sequence's cached keys, and prefetch_whole_rows for its
+  // values (whole rows into L2 measured 4-6% faster for int8 and int4 at 16K than each head's
+  // part into L1): only where a head's part of a row
   // is at most one cache line (int8, int4 at head sizes up to 64s and 128s). One line a whole
   // row apart is a pattern the hardware prefetcher follows late (an int8 step at 16K spent a
   // third longer with its KV in memory than in the caches); the wider parts of f32 and bf16 rows
@@ -203,17 +204,17 @@ class Attender {
   // positions 15%.
   bool asks_ahead(const KvRowCodec* codec) const { return codec && codec->head_data_bytes() <= 64 && group_ >= 4; }
 
-  // Asks for KV head g's part of the encoded rows [a, b) of row t (keys or values), and with
-  // `params` every head's parameters of those rows, to be brought into the caches: a piece ahead
-  // of the one being read, one head at a time, so the requests are spread over the work. For
-  // sequences where asks_ahead holds.
-  void prefetch_rows(int t, int g, int a, int b, bool values, bool params) const {
+  // Asks for KV head g's part of the encoded keys [a, b) of row t, and with `params` every head's
+  // parameters of those rows, to be brought into the caches: a piece ahead of the one being
+  // read, one head at a time, so the requests are spread over the work. For sequences where
+  // asks_ahead holds and the scores are not in integers (those kernels ask for their keys).
+  void prefetch_keys(int t, int g, int a, int b, bool params) const {
     const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
     const KvRowCodec& codec = *seq.kv.codec;
     b = std::min({b, seq.context_len, seq.kv.hot_from, range(t).second + 1});
     if (a >= b) return;
     cached_runs(
-        seq.kv, kv_dim_, hd_, g, a, b, values, nullptr, [](int, const float*, size_t, int) {},
+        seq.kv, kv_dim_, hd_, g, a, b, false, nullptr, [](int, const float*, size_t, int) {},
         [&](int, const EncodedRows& r, int cnt) {
           const size_t db = codec.data_bytes(), at = codec.head_data_offset(g);
           for (int x = 0; x < cnt; ++x) __builtin_prefetch(r.data + x * db + at);
@@ -226,31 +227,36 @@ class Attender {
         });
   }
 
-  // Whether a sequence's cached f32 rows are asked for whole, into L2, a piece ahead
-  // (prefetch_whole_rows): for one row (a decode step) and groups of 4+ heads. Its scores and
-  // value sums then computed while memory was idle, and waited while it read: the hardware
-  // prefetcher stays too close ahead of a compute-bound stream. TinyLlama-shaped decode attention
-  // at 4K and 16K ran 5% faster (7% once). Not for encoded rows (bf16 measured 7% slower: its
-  // reads already overlap), nor one head per KV head (GPT-2-shaped: 1% slower).
+  // Whether a sequence's cached f32 keys are asked for whole rows, into L2, a piece ahead
+  // (prefetch_whole_rows; its values are whenever this or asks_ahead holds): for one row (a
+  // decode step) and groups of 4+ heads. Its scores and value sums computed while memory idled,
+  // then waited while it read: the hardware prefetcher stays too close ahead of a compute-bound
+  // stream. TinyLlama-shaped f32 decode attention at 4K and 16K ran 5-10% faster. Not for bf16
+  // rows (7% slower: their reads already overlap), nor one head per KV head (GPT-2-shaped: 1%).
   bool asks_whole_rows(const AttentionSeq& seq) const { return !seq.kv.codec && group_ >= 4 && seq.n_rows == 1; }
 
-  // Part x of n of the cached rows of the piece from a, every KV head's part of them, into L2:
-  // each head of a thread's [g0, g1) asks for its share while it reads the current piece.
+  // Part x of n of the whole cached rows (keys or values) of the piece from a, every KV head's
+  // part of them and of their parameters, into L2: each head of a thread's [g0, g1) asks for its
+  // share while it reads the current piece.
   void prefetch_whole_rows(int t, int a, int x, int n, bool values) const {
     const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
     const int per = (kPiece + n - 1) / n;
     const int from = a + x * per, to = std::min({a + (x + 1) * per, a + kPiece, seq.context_len, range(t).second + 1});
     if (from >= to) return;
-    const size_t row_bytes = static_cast<size_t>(kv_dim_) * sizeof(float);
+    auto ask = [](const void* p, size_t bytes) {
+      for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o, 0, 2);
+    };
     cached_runs(
         seq.kv, kv_dim_, hd_, 0, from, to, values, nullptr,
         [&](int, const float* rows, size_t stride, int cnt) {  // head 0's part: the row's start
-          for (int y = 0; y < cnt; ++y) {
-            const char* row = reinterpret_cast<const char*>(rows + y * stride);
-            for (size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + o, 0, 2);
-          }
+          for (int y = 0; y < cnt; ++y) ask(rows + y * stride, static_cast<size_t>(kv_dim_) * sizeof(float));
         },
-        [](int, const EncodedRows&, int) { return true; });
+        [&](int, const EncodedRows& r, int cnt) {
+          const size_t db = r.codec->data_bytes();
+          for (int y = 0; y < cnt; ++y) ask(r.data + y * db, db);
+          ask(r.params, cnt * r.codec->n_params() * sizeof(float));
+          return true;
+        });
   }
 
   // Calls fn(offset from a, rows, stride, count) for the f32 rows of positions [a, b) of row t's
