@@ -195,7 +195,7 @@ TEST(IsaKernels, IntegerValueSumsMatchScalarTwinBitForBitAndTheExactSums) {
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
     std::uniform_int_distribution<int> byte(0, 255);
     for (DType t : {DType::Int8, DType::Int4})
-      for (int hd : {32, 64, 128, 256})
+      for (int hd : {32, 64, 96, 128, 256})
         for (int g : {4, 7, 8, 12})
           for (int n : {1, 5, 32, 37, 100}) {
             const bool i8 = t == DType::Int8;
