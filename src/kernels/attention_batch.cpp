@@ -195,13 +195,12 @@ class Attender {
 
   // Whether prefetch_keys asks for a sequence's cached keys, and prefetch_whole_rows for its
   // values (whole rows into L2 measured 4-6% faster for int8 and int4 at 16K than each head's
-  // part into L1): only where a head's part of a row
-  // is at most one cache line (int8, int4 at head sizes up to 64s and 128s). One line a whole
-  // row apart is a pattern the hardware prefetcher follows late (an int8 step at 16K spent a
-  // third longer with its KV in memory than in the caches); the wider parts of f32 and bf16 rows
-  // it follows, and asking for them measured slower. And only for groups of 4+ heads: with one
-  // head per KV head a line is 64 multiply-adds, and the requests cost GPT-2's int8 step at 896
-  // positions 15%.
+  // part into L1): only where a head's part of a row is at most one cache line (int8, int4 at
+  // head sizes up to 64s and 128s). One line a whole row apart is a pattern the hardware
+  // prefetcher follows late (an int8 step at 16K spent a third longer with its KV in memory than
+  // in the caches); the wider parts of f32 and bf16 rows it follows, and asking for each head's
+  // part of them measured slower. And only for groups of 4+ heads: with one head per KV head a
+  // line is 64 multiply-adds, and the requests cost GPT-2's int8 step at 896 positions 15%.
   bool asks_ahead(const KvRowCodec* codec) const { return codec && codec->head_data_bytes() <= 64 && group_ >= 4; }
 
   // Asks for KV head g's part of the encoded keys [a, b) of row t, and with `params` every head's
