@@ -51,6 +51,46 @@ std::vector<float> run(const KvLayerView& view, int cached, int fresh, int windo
   return run_heads(view, cached, fresh, window, kHeads, kKvHeads, q, k, v, threads);
 }
 
+// A decode step (one new row after `cached` positions) read through `flat`, through `paged`, and
+// through `paged` with the blocks wholly before the window freed, on one and two threads: each
+// gives the single-threaded flat result bit for bit. Returns that result.
+std::vector<float> decode_step_agrees(const KvLayerView& flat, const KvLayerView& paged, const std::vector<int>& table, int bs,
+                                      int cached, int window, int heads, int kv_heads, const std::vector<float>& q,
+                                      const std::vector<float>& k, const std::vector<float>& v) {
+  const auto want = run_heads(flat, cached, 1, window, heads, kv_heads, q, k, v, 1);
+  std::vector<int> freed = table;
+  for (int b = 0; window > 0 && b < (cached + 1 - window) / bs; ++b) freed[b] = -1;
+  KvLayerView sparse = paged;
+  sparse.block_table = freed.data();
+  const KvLayerView* views[] = {&flat, &paged, &sparse};
+  for (int threads : {1, 2})
+    for (const KvLayerView* view : views)
+      EXPECT_EQ(run_heads(*view, cached, 1, window, heads, kv_heads, q, k, v, threads), want)
+          << "window " << window << ", threads " << threads << (view == &flat ? ", flat" : view == &paged ? ", paged" : ", freed");
+  return want;
+}
+
+// One row's attention in double (scale 0.17, as run_heads) over positions [lo, p]: key(j, x) and
+// val(j, x) are element x of position j's KV row, q the row's heads of kHd.
+template <class Key, class Val>
+std::vector<double> softmax_reference(const float* q, int heads, int kv_heads, int lo, int p, Key key, Val val) {
+  std::vector<double> out(static_cast<size_t>(heads) * kHd);
+  for (int h = 0; h < heads; ++h) {
+    const int g = h / (heads / kv_heads);
+    std::vector<double> w(p + 1, 0.0);
+    double mx = -1e300, sum = 0;
+    for (int j = lo; j <= p; ++j) {
+      double d = 0;
+      for (int x = 0; x < kHd; ++x) d += double(q[h * kHd + x]) * key(j, g * kHd + x);
+      mx = std::max(mx, w[j] = 0.17 * d);
+    }
+    for (int j = lo; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
+    for (int x = 0; x < kHd; ++x)
+      for (int j = lo; j <= p; ++j) out[h * kHd + x] += w[j] / sum * val(j, g * kHd + x);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST(AttentionBatch, ContiguousRingAndShuffledBlocksAgreeBitForBit) {
@@ -179,22 +219,10 @@ TEST(AttentionBatch, LongContextRowsAreTheSameHoweverTheWorkIsCut) {
     EXPECT_EQ(run(flat, ctx, fresh, window, q, nk, nv, 3), prefill) << "window " << window;
     // And against a plain softmax in double.
     const int p = ctx + fresh - 1, lo = window ? p - window + 1 : 0;
-    for (int h = 0; h < kHeads; ++h) {
-      const int g = h / (kHeads / kKvHeads);
-      std::vector<double> w(p + 1, 0.0);
-      double mx = -1e300, sum = 0;
-      for (int j = lo; j <= p; ++j) {
-        double d = 0;
-        for (int x = 0; x < kHd; ++x) d += double(q1[h * kHd + x]) * kk[static_cast<size_t>(j) * kKvDim + g * kHd + x];
-        mx = std::max(mx, w[j] = 0.17 * d);
-      }
-      for (int j = lo; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
-      for (int x = 0; x < kHd; ++x) {
-        double ref = 0;
-        for (int j = lo; j <= p; ++j) ref += w[j] / sum * vv[static_cast<size_t>(j) * kKvDim + g * kHd + x];
-        EXPECT_NEAR(last[h * kHd + x], ref, 1e-5) << "head " << h << " window " << window;
-      }
-    }
+    const auto ref = softmax_reference(
+        q1.data(), kHeads, kKvHeads, lo, p, [&](int j, int x) { return kk[static_cast<size_t>(j) * kKvDim + x]; },
+        [&](int j, int x) { return vv[static_cast<size_t>(j) * kKvDim + x]; });
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(last[i], ref[i], 1e-5) << "element " << i << " window " << window;
   }
 }
 
@@ -219,40 +247,17 @@ TEST(AttentionBatch, DecodeStepsOfLargeGroupsAgreeAcrossLayouts) {
     flat.ring_rows = cached;
     flat.k = ck.data();
     flat.v = cv.data();
-    const auto want = run_heads(flat, cached, 1, window, heads, kv_heads, q, k, v, 1);
     KvLayerView paged;
     paged.block_table = table.data();
     paged.block_size = bs;
     paged.k = pk.data();
     paged.v = pv.data();
-    std::vector<int> freed = table;
-    for (int b = 0; window > 0 && b < (cached + 1 - window) / bs; ++b) freed[b] = -1;
-    for (int threads : {1, 2}) {
-      EXPECT_EQ(run_heads(flat, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
-      EXPECT_EQ(run_heads(paged, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
-      KvLayerView sparse = paged;
-      sparse.block_table = freed.data();
-      EXPECT_EQ(run_heads(sparse, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
-    }
+    const auto want = decode_step_agrees(flat, paged, table, bs, cached, window, heads, kv_heads, q, k, v);
     const int p = cached, lo = window ? p - window + 1 : 0;
-    auto key = [&](int j, int x) { return j < cached ? ck[static_cast<size_t>(j) * kv_dim + x] : k[x]; };
-    auto val = [&](int j, int x) { return j < cached ? cv[static_cast<size_t>(j) * kv_dim + x] : v[x]; };
-    for (int h = 0; h < heads; ++h) {
-      const int g = h / (heads / kv_heads);
-      std::vector<double> w(p + 1, 0.0);
-      double mx = -1e300, sum = 0;
-      for (int j = lo; j <= p; ++j) {
-        double d = 0;
-        for (int x = 0; x < kHd; ++x) d += double(q[h * kHd + x]) * key(j, g * kHd + x);
-        mx = std::max(mx, w[j] = 0.17 * d);
-      }
-      for (int j = lo; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
-      for (int x = 0; x < kHd; ++x) {
-        double ref = 0;
-        for (int j = lo; j <= p; ++j) ref += w[j] / sum * val(j, g * kHd + x);
-        EXPECT_NEAR(want[h * kHd + x], ref, 1e-5) << "head " << h << " window " << window;
-      }
-    }
+    const auto ref = softmax_reference(
+        q.data(), heads, kv_heads, lo, p, [&](int j, int x) { return j < cached ? ck[static_cast<size_t>(j) * kv_dim + x] : k[x]; },
+        [&](int j, int x) { return j < cached ? cv[static_cast<size_t>(j) * kv_dim + x] : v[x]; });
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(want[i], ref[i], 1e-5) << "element " << i << " window " << window;
   }
 }
 
@@ -300,16 +305,5 @@ TEST(AttentionBatch, EncodedDecodeStepsOfLargeGroupsAgreeAcrossLayouts) {
   paged.block_size = bs;
   paged.kq = pkq.data(), paged.vq = pvq.data(), paged.kp = pkp.data(), paged.vp = pvp.data();
   paged = with_ring(paged);
-  for (int window : {0, 300}) {
-    const auto want = run_heads(flat, cached, 1, window, heads, kv_heads, q, k, v, 1);
-    std::vector<int> freed = table;
-    for (int b = 0; window > 0 && b < (cached + 1 - window) / bs; ++b) freed[b] = -1;
-    for (int threads : {1, 2}) {
-      EXPECT_EQ(run_heads(flat, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
-      EXPECT_EQ(run_heads(paged, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
-      KvLayerView sparse = paged;
-      sparse.block_table = freed.data();
-      EXPECT_EQ(run_heads(sparse, cached, 1, window, heads, kv_heads, q, k, v, threads), want) << "window " << window;
-    }
-  }
+  for (int window : {0, 300}) decode_step_agrees(flat, paged, table, bs, cached, window, heads, kv_heads, q, k, v);
 }
