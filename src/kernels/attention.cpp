@@ -167,6 +167,28 @@ __attribute__((target("avx2,fma"))) inline float dot_tree(const float* a, const 
   return _mm_cvtss_f32(reduce4(acc, z, z, z));
 }
 
+// Scores of keys [0, n - n % 8) for g % 8 == 0 heads, eight keys by eight heads at a time; returns
+// the keys done. HD > 0 is hd known at compile time: with the loops unrolled, TinyLlama-shaped
+// decode attention at 16K ran 7% faster for f32 rows and 5% for bf16 (0: hd read at run time).
+template <int HD, class Rows>
+__attribute__((target("avx2,fma"))) inline int scores_keys8(const float* q, int g, int hd, float scale, const Rows& k, int n,
+                                                            float* s, size_t s_stride) {
+  if (HD) hd = HD;
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int i = 0; i < g; i += 8) {
+      __m256 t[8];  // t[y]: key j + y's scores of heads i..i+7
+      const float* qi = q + static_cast<size_t>(i) * hd;
+      for (int y = 0; y < 8; ++y) {
+        if (i == 0) k.prefetch(j + y + kAhead, hd);
+        t[y] = _mm256_mul_ps(heads8(qi, hd, k, j + y), _mm256_set1_ps(scale));
+      }
+      transpose8(t);  // t[x]: head i + x's scores of keys j..j+7, stored as one run
+      for (int x = 0; x < 8; ++x) _mm256_storeu_ps(s + (i + x) * s_stride + j, t[x]);
+    }
+  return j;
+}
+
 // hd % 8 == 0 here; f32 rows of other sizes go through scores_f32_any.
 template <class Rows>
 __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int hd, float scale, const Rows& k, int n,
@@ -175,18 +197,13 @@ __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int 
   alignas(16) float r[4];
   if (g >= 4) {  // GQA: eight (or four) query heads of the group per key
     int j = 0;
-    if (g % 8 == 0)
-      for (; j + 8 <= n; j += 8)
-        for (int i = 0; i < g; i += 8) {
-          __m256 t[8];  // t[y]: key j + y's scores of heads i..i+7
-          const float* qi = q + static_cast<size_t>(i) * hd;
-          for (int y = 0; y < 8; ++y) {
-            if (i == 0) k.prefetch(j + y + kAhead, hd);
-            t[y] = _mm256_mul_ps(heads8(qi, hd, k, j + y), _mm256_set1_ps(scale));
-          }
-          transpose8(t);  // t[x]: head i + x's scores of keys j..j+7, stored as one run
-          for (int x = 0; x < 8; ++x) _mm256_storeu_ps(s + (i + x) * s_stride + j, t[x]);
-        }
+    if (g % 8 == 0) {
+      switch (hd) {  // the common head sizes with their loops unrolled
+        case 64: j = scores_keys8<64>(q, g, hd, scale, k, n, s, s_stride); break;
+        case 128: j = scores_keys8<128>(q, g, hd, scale, k, n, s, s_stride); break;
+        default: j = scores_keys8<0>(q, g, hd, scale, k, n, s, s_stride); break;
+      }
+    }
     for (; j < n; ++j) {
       k.prefetch(j + kAhead, hd);
       int i = 0;
@@ -247,7 +264,7 @@ __attribute__((target("avx2,fma"))) void scores_f32_any(const float* q, int g, i
 // What a value tile asks for ahead: nothing, the whole row kAhead keys on, or its own slice of
 // the row kValueAhead keys on.
 enum class Ask { None, Row, Slice };
-template <int H, int S, Ask A, class Rows>
+template <int H, int S, Ask A, int HD = 0, class Rows>
 __attribute__((target("avx2,fma"))) void accumulate_tile(float* acc, int hd, const float* p, size_t p_stride, const Rows& v,
                                                           int d, int j0, int j1) {
   if (j0 >= j1) return;  // with a loop that might not run, GCC stored every accumulator each key
@@ -256,7 +273,8 @@ __attribute__((target("avx2,fma"))) void accumulate_tile(float* acc, int hd, con
     for (int c = 0; c < S; ++c) a[h * S + c] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d + 8 * c);
   int j = j0;
   do {
-    if (A == Ask::Row) v.prefetch(j + kAhead, hd);
+    if constexpr (A == Ask::Row && HD > 0) prefetch_span<HD * Rows::kBits / 8>(v.at(j + kAhead, 0));
+    else if (A == Ask::Row) v.prefetch(j + kAhead, hd);  // GCC keeps the accumulators in memory around this loop
     if (A == Ask::Slice) prefetch_span<S * Rows::kBits>(v.at(j + kValueAhead, d));  // 8S elements
     __m256 vv[S];
     for (int c = 0; c < S; ++c) vv[c] = v.load8(j, d + 8 * c);
@@ -286,10 +304,10 @@ __attribute__((target("avx2,fma"))) void accumulate_avx2(AttnState& st, const fl
       const bool lead = i == first;  // the first head's pass brings the rows in
       switch (hd) {  // the common head sizes
         case 64:
-          lead ? accumulate_tile<1, 8, Ask::Row>(acc, hd, pi, 0, v, 0, j0, j1) : accumulate_tile<1, 8, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1);
+          lead ? accumulate_tile<1, 8, Ask::Row, 64>(acc, hd, pi, 0, v, 0, j0, j1) : accumulate_tile<1, 8, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1);
           continue;
         case 128:
-          lead ? accumulate_tile<1, 16, Ask::Row>(acc, hd, pi, 0, v, 0, j0, j1) : accumulate_tile<1, 16, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1);
+          lead ? accumulate_tile<1, 16, Ask::Row, 128>(acc, hd, pi, 0, v, 0, j0, j1) : accumulate_tile<1, 16, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1);
           continue;
         case 32: accumulate_tile<1, 4, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1); continue;
         case 16: accumulate_tile<1, 2, Ask::None>(acc, hd, pi, 0, v, 0, j0, j1); continue;
@@ -302,13 +320,16 @@ __attribute__((target("avx2,fma"))) void accumulate_avx2(AttnState& st, const fl
 }
 
 // Slices [0, hd) of H heads from acc, three at a time, then two and one. Asking ahead (A): the
-// first tile for the whole rows (Row), or every tile for its slice (Slice).
-template <int H, Ask A, class Rows>
+// first tile for the whole rows (Row), or every tile for its slice (Slice). HD > 0: hd known at
+// compile time (the Row tile's requests then need no loop, around which GCC stored its twelve
+// accumulators every key: TinyLlama-shaped f32 decode attention at 16K 6% faster).
+template <int H, Ask A, int HD = 0, class Rows>
 __attribute__((target("avx2,fma"))) void accumulate_heads_avx2(float* acc, int hd, const float* p, size_t p_stride,
                                                                 const Rows& v, int j0, int j1) {
   constexpr Ask rest = A == Ask::Slice ? Ask::Slice : Ask::None;
+  if (HD) hd = HD;
   int d = 0;
-  if (hd >= 24) accumulate_tile<H, 3, A>(acc, hd, p, p_stride, v, 0, j0, j1), d = 24;
+  if (hd >= 24) accumulate_tile<H, 3, A, HD>(acc, hd, p, p_stride, v, 0, j0, j1), d = 24;
   for (; d + 24 <= hd; d += 24) accumulate_tile<H, 3, rest>(acc, hd, p, p_stride, v, d, j0, j1);
   for (; d + 16 <= hd; d += 16) accumulate_tile<H, 2, rest>(acc, hd, p, p_stride, v, d, j0, j1);
   for (; d < hd; d += 8) accumulate_tile<H, 1, rest>(acc, hd, p, p_stride, v, d, j0, j1);
@@ -327,8 +348,11 @@ __attribute__((target("avx2,fma"))) void accumulate_group_avx2(AttnState& st, co
     int i = first;
     for (; i + 4 <= st.g; i += 4) {
       float* acc = st.acc + static_cast<size_t>(i) * hd;
-      i == first ? accumulate_heads_avx2<4, kLead>(acc, hd, p + i * p_stride, p_stride, v, j0, j1)
-                 : accumulate_heads_avx2<4, Ask::None>(acc, hd, p + i * p_stride, p_stride, v, j0, j1);
+      const float* pi = p + i * p_stride;
+      if (i != first) accumulate_heads_avx2<4, Ask::None>(acc, hd, pi, p_stride, v, j0, j1);
+      else if (hd == 64) accumulate_heads_avx2<4, kLead, 64>(acc, hd, pi, p_stride, v, j0, j1);
+      else if (hd == 128) accumulate_heads_avx2<4, kLead, 128>(acc, hd, pi, p_stride, v, j0, j1);
+      else accumulate_heads_avx2<4, kLead>(acc, hd, pi, p_stride, v, j0, j1);
     }
     for (; i < st.g; ++i) accumulate_heads_avx2<1, Ask::None>(st.acc + static_cast<size_t>(i) * hd, hd, p + i * p_stride, p_stride, v, j0, j1);
   }
