@@ -189,6 +189,52 @@ __attribute__((target("avx2,fma"))) inline int scores_keys8(const float* q, int 
   return j;
 }
 
+// As scores_keys8 for g % 8 != 0 (g >= 4): heads four at a time by pairs of keys, eight chains
+// of multiply-adds where one key's four heads had four (a chain's latency then bounded them:
+// Llama-3-shaped groups of four at a head size of 128 spent half again as long per
+// multiply-add as groups of eight); the g % 4 heads left over key by key.
+template <int HD, class Rows>
+__attribute__((target("avx2,fma"))) inline int scores_keys8_quads(const float* q, int g, int hd, float scale, const Rows& k,
+                                                                  int n, float* s, size_t s_stride) {
+  if (HD) hd = HD;
+  const __m256 sc = _mm256_set1_ps(scale);
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    int i = 0;
+    for (; i + 4 <= g; i += 4) {
+      const float* qi = q + static_cast<size_t>(i) * hd;
+      __m256 r[4];  // r[p]: keys j + 2p and j + 2p + 1, each its four heads' scores
+      for (int p = 0; p < 4; ++p) {
+        if (i == 0) k.prefetch(j + 2 * p + kAhead, hd), k.prefetch(j + 2 * p + 1 + kAhead, hd);
+        __m256 a[8];  // heads 0-3 of key j + 2p, then of key j + 2p + 1
+        for (int x = 0; x < 8; ++x) a[x] = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d += 8) {
+          const __m256 k0 = k.load8(j + 2 * p, d), k1 = k.load8(j + 2 * p + 1, d);
+          for (int x = 0; x < 4; ++x) {
+            const __m256 qv = _mm256_loadu_ps(qi + x * hd + d);
+            a[x] = _mm256_fmadd_ps(qv, k0, a[x]);
+            a[4 + x] = _mm256_fmadd_ps(qv, k1, a[4 + x]);
+          }
+        }
+        r[p] = _mm256_mul_ps(reduce8(a), sc);
+      }
+      // Eight keys of four heads to four heads of eight keys: halves regrouped as keys (0,4),
+      // (1,5), (2,6), (3,7), then a 4x4 transpose within each half.
+      const __m256 a04 = _mm256_permute2f128_ps(r[0], r[2], 0x20), a15 = _mm256_permute2f128_ps(r[0], r[2], 0x31);
+      const __m256 a26 = _mm256_permute2f128_ps(r[1], r[3], 0x20), a37 = _mm256_permute2f128_ps(r[1], r[3], 0x31);
+      const __m256 t0 = _mm256_unpacklo_ps(a04, a15), t1 = _mm256_unpackhi_ps(a04, a15);
+      const __m256 t2 = _mm256_unpacklo_ps(a26, a37), t3 = _mm256_unpackhi_ps(a26, a37);
+      _mm256_storeu_ps(s + i * s_stride + j, _mm256_shuffle_ps(t0, t2, 0x44));
+      _mm256_storeu_ps(s + (i + 1) * s_stride + j, _mm256_shuffle_ps(t0, t2, 0xEE));
+      _mm256_storeu_ps(s + (i + 2) * s_stride + j, _mm256_shuffle_ps(t1, t3, 0x44));
+      _mm256_storeu_ps(s + (i + 3) * s_stride + j, _mm256_shuffle_ps(t1, t3, 0xEE));
+    }
+    for (; i < g; ++i)
+      for (int y = 0; y < 8; ++y) s[i * s_stride + j + y] = dot_tree(q + static_cast<size_t>(i) * hd, k, j + y, hd) * scale;
+  }
+  return j;
+}
+
 // hd % 8 == 0 here; f32 rows of other sizes go through scores_f32_any.
 template <class Rows>
 __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int hd, float scale, const Rows& k, int n,
@@ -202,6 +248,12 @@ __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int 
         case 64: j = scores_keys8<64>(q, g, hd, scale, k, n, s, s_stride); break;
         case 128: j = scores_keys8<128>(q, g, hd, scale, k, n, s, s_stride); break;
         default: j = scores_keys8<0>(q, g, hd, scale, k, n, s, s_stride); break;
+      }
+    } else {
+      switch (hd) {
+        case 64: j = scores_keys8_quads<64>(q, g, hd, scale, k, n, s, s_stride); break;
+        case 128: j = scores_keys8_quads<128>(q, g, hd, scale, k, n, s, s_stride); break;
+        default: j = scores_keys8_quads<0>(q, g, hd, scale, k, n, s, s_stride); break;
       }
     }
     for (; j < n; ++j) {
