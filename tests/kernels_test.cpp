@@ -211,7 +211,7 @@ namespace {
 
 TEST(Kernels, AttentionSpansMatchScalarTwinAndPlainSoftmax) {
   for (int hd : {8, 16, 64, 128, 13}) {  // 64 and 128 have kernels of their own (loops unrolled)
-    for (int g : {1, 2, 4, 5, 8, 12, 16}) {  // 8s: eight heads by eight keys; other 4+: eight or four heads per key; fewer: four keys per head
+    for (int g : {1, 2, 4, 5, 8, 12, 16}) {  // 8s: eight heads by eight keys; other 4+: four heads by pairs of keys; fewer: four keys per head
       const int n = 70, stride = hd * 3 + 1;  // odd stride: misaligned rows
       auto q = randn(g * hd, 11), kv = randn(static_cast<size_t>(n) * stride + hd, 12), vv = randn(static_cast<size_t>(n) * stride + hd, 13);
       std::vector<float> m(g), l(g), acc(g * hd), s(g * n), out(g * hd);

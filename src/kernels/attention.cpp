@@ -241,7 +241,7 @@ __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int 
                                                       float* s, size_t s_stride) {
   const __m128 sc = _mm_set1_ps(scale);
   alignas(16) float r[4];
-  if (g >= 4) {  // GQA: eight (or four) query heads of the group per key
+  if (g >= 4) {  // GQA: blocks of eight keys by eight (or four) query heads, then key by key
     int j = 0;
     if (g % 8 == 0) {
       switch (hd) {  // the common head sizes with their loops unrolled
@@ -374,7 +374,7 @@ __attribute__((target("avx2,fma"))) void accumulate_avx2(AttnState& st, const fl
 // Slices [0, hd) of H heads from acc, three at a time, then two and one. Asking ahead (A): the
 // first tile for the whole rows (Row), or every tile for its slice (Slice). HD > 0: hd known at
 // compile time (the Row tile's requests then need no loop, around which GCC stored its twelve
-// accumulators every key: TinyLlama-shaped f32 decode attention at 16K 6% faster).
+// accumulators every key: f32 value sums in L1 a quarter faster).
 template <int H, Ask A, int HD = 0, class Rows>
 __attribute__((target("avx2,fma"))) void accumulate_heads_avx2(float* acc, int hd, const float* p, size_t p_stride,
                                                                 const Rows& v, int j0, int j1) {
