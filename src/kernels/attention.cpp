@@ -235,6 +235,13 @@ __attribute__((target("avx2,fma"))) inline int scores_keys8_quads(const float* q
   return j;
 }
 
+// The blocks of eight keys for a group of 4+ heads: by eights or by fours.
+template <int HD, class Rows>
+__attribute__((target("avx2,fma"))) inline int scores_blocks(const float* q, int g, int hd, float scale, const Rows& k, int n,
+                                                             float* s, size_t s_stride) {
+  return g % 8 == 0 ? scores_keys8<HD>(q, g, hd, scale, k, n, s, s_stride) : scores_keys8_quads<HD>(q, g, hd, scale, k, n, s, s_stride);
+}
+
 // hd % 8 == 0 here; f32 rows of other sizes go through scores_f32_any.
 template <class Rows>
 __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int hd, float scale, const Rows& k, int n,
@@ -243,18 +250,10 @@ __attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int g, int 
   alignas(16) float r[4];
   if (g >= 4) {  // GQA: blocks of eight keys by eight (or four) query heads, then key by key
     int j = 0;
-    if (g % 8 == 0) {
-      switch (hd) {  // the common head sizes with their loops unrolled
-        case 64: j = scores_keys8<64>(q, g, hd, scale, k, n, s, s_stride); break;
-        case 128: j = scores_keys8<128>(q, g, hd, scale, k, n, s, s_stride); break;
-        default: j = scores_keys8<0>(q, g, hd, scale, k, n, s, s_stride); break;
-      }
-    } else {
-      switch (hd) {
-        case 64: j = scores_keys8_quads<64>(q, g, hd, scale, k, n, s, s_stride); break;
-        case 128: j = scores_keys8_quads<128>(q, g, hd, scale, k, n, s, s_stride); break;
-        default: j = scores_keys8_quads<0>(q, g, hd, scale, k, n, s, s_stride); break;
-      }
+    switch (hd) {  // the common head sizes with their loops unrolled
+      case 64: j = scores_blocks<64>(q, g, hd, scale, k, n, s, s_stride); break;
+      case 128: j = scores_blocks<128>(q, g, hd, scale, k, n, s, s_stride); break;
+      default: j = scores_blocks<0>(q, g, hd, scale, k, n, s, s_stride); break;
     }
     for (; j < n; ++j) {
       k.prefetch(j + kAhead, hd);
