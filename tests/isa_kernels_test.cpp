@@ -155,7 +155,7 @@ TEST(IsaKernels, F32ScoresOfAHeadAreTheSameInEveryGroupSize) {
 TEST(IsaKernels, IntegerScoresMatchScalarTwinBitForBitAndTheDecodedKeys) {
   for_each_simd_isa([] {
     for (DType t : {DType::Int8, DType::Int4})
-      for (int hd : {32, 64, 128, 256})
+      for (int hd : {32, 64, 96, 128, 256})
         for (int g : {4, 7, 8, 12})
           for (int n : {1, 9, 40})
             for (int off : {0, 5}) {
