@@ -43,6 +43,10 @@ CpuFeatures detect() {
   f.fma = f.fma && ymm;
   f.f16c = f.f16c && ymm;
 #endif
+#if KVLM_AVX512_EMULATION
+  // The AVX-512 kernels run emulated on any AVX2 machine (kernels/avx512_emulation.h).
+  if (f.avx2 && f.fma && f.f16c) f.avx512f = f.avx512bw = f.avx512dq = f.avx512vl = f.avx512_vnni = f.avx512_bf16 = true;
+#endif
   return f;
 }
 
@@ -88,6 +92,14 @@ const CpuFeatures& cpu_features() {
   return f;
 }
 
+bool avx512_emulated() {
+#if KVLM_AVX512_EMULATION
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::string CpuFeatures::flags() const {
   std::string s;
   auto add = [&](bool on, const char* name) {
@@ -104,6 +116,9 @@ std::string CpuFeatures::flags() const {
   add(avx512vl, "avx512vl");
   add(avx512_vnni, "avx512_vnni");
   add(avx512_bf16, "avx512_bf16");
+#if KVLM_AVX512_EMULATION
+  add(true, "(avx512 emulated)");
+#endif
   return s.empty() ? "none" : s;
 }
 

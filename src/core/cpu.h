@@ -13,6 +13,17 @@
 #define KVLM_X86 0
 #endif
 
+// The target the AVX-512 kernels are compiled for. Their test-only emulation (KVLM_AVX512_EMULATION:
+// kernels/avx512_emulation.h) compiles them for AVX2, with the AVX-512 intrinsics emulated.
+#if KVLM_AVX512_EMULATION
+#define KVLM_AVX512_TARGET "avx2,fma,f16c"
+#else
+#define KVLM_AVX512_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"
+#endif
+// A pragma whose arguments are macros (a target pragma naming KVLM_AVX512_TARGET).
+#define KVLM_PRAGMA_STRING(x) _Pragma(#x)
+#define KVLM_PRAGMA(x) KVLM_PRAGMA_STRING(x)
+
 namespace kvlm {
 
 struct CpuFeatures {
@@ -24,6 +35,9 @@ struct CpuFeatures {
 
 // Detected once (CPUID on x86-64; none elsewhere).
 const CpuFeatures& cpu_features();
+// Whether this binary's AVX-512 kernels are the test-only emulation (tests/CMakeLists.txt's
+// kvlm_tests_avx512_emulated), which reports the AVX-512 flags on every AVX2 CPU.
+bool avx512_emulated();
 
 // Ordered: a higher ISA implies the lower ones' kernels run too.
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };

@@ -4,7 +4,7 @@
 #include "kernels/prefetch.h"
 
 #if KVLM_X86
-#include <immintrin.h>
+#include "kernels/avx512_intrinsics.h"
 #endif
 
 namespace kvlm::avx512 {
@@ -15,7 +15,7 @@ namespace {
 // As attention.cpp's AVX2 readers: rows 8 keys ahead are asked for.
 constexpr int kAhead = 8;
 
-#define KVLM_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")))
+#define KVLM_AVX512 __attribute__((target(KVLM_AVX512_TARGET)))
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through their masked builtins, which
 // -Wmaybe-uninitialized reports once inlined; nothing is read uninitialized.
 #if defined(__GNUC__) && !defined(__clang__)

@@ -10,7 +10,7 @@
 #include "kernels/quantize.h"
 
 #if KVLM_X86
-#include <immintrin.h>
+#include "kernels/avx512_intrinsics.h"
 #endif
 
 namespace kvlm {
@@ -174,12 +174,11 @@ namespace avx2 {
 }  // namespace avx2
 #if defined(__clang__)
 #pragma clang attribute pop
-#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))), \
-                             apply_to = function)
+KVLM_PRAGMA(clang attribute push(__attribute__((target(KVLM_AVX512_TARGET))), apply_to = function))
 #else
 #pragma GCC pop_options
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
+KVLM_PRAGMA(GCC target(KVLM_AVX512_TARGET))
 #endif
 namespace avx512 {
 #define KVLM_ATTN_VNNI 1

@@ -1,7 +1,7 @@
 #include "kernels/q6k.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "kernels/avx512_intrinsics.h"
 #endif
 
 #include <cmath>
@@ -104,7 +104,7 @@ __attribute__((target("avx2,fma,f16c"))) float q6k_avx2(const uint8_t* row, cons
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))) float q6k_avx512(
+__attribute__((target(KVLM_AVX512_TARGET))) float q6k_avx512(
     const uint8_t* row, const QuantizedActs& a, int t) {
   const int8_t* xq = a.q.data() + static_cast<size_t>(t) * a.in;
   const float* xd = a.d.data() + static_cast<size_t>(t) * a.nb;

@@ -1,7 +1,7 @@
 #include "kernels/qgemm.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "kernels/avx512_intrinsics.h"
 #endif
 
 #include <algorithm>
@@ -256,12 +256,11 @@ namespace avx2 {
 }  // namespace avx2
 #if defined(__clang__)
 #pragma clang attribute pop
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))), \
-                             apply_to = function)
+KVLM_PRAGMA(clang attribute push(__attribute__((target(KVLM_AVX512_TARGET))), apply_to = function))
 #else
 #pragma GCC pop_options
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
+KVLM_PRAGMA(GCC target(KVLM_AVX512_TARGET))
 #endif
 namespace avx512 {
 #define KVLM_QGEMM_VNNI 1

@@ -1,0 +1,214 @@
+// Test builds only (-DKVLM_AVX512_EMULATION=ON): the AVX-512 intrinsics kvlm's AVX-512 kernels use,
+// emulated lane by lane in plain C++, so those kernels run on a CPU without AVX-512 and their
+// twin tests check their logic (masks, shuffles, the order of the sums) where CI has only AVX2.
+// Each function follows Intel's pseudo-code for its instruction; the kernels are compiled for
+// AVX2 (KVLM_AVX512_TARGET in core/cpu.h), so their AVX2 intrinsics stay real.
+// Hand-written because no emulator runs here (Intel's SDE is not packaged, QEMU's TCG has no
+// AVX-512); it covers exactly the intrinsics the kernels call, and a kernel that starts using a
+// new one fails to build in the emulation build until it is added here.
+#pragma once
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace kvlm::avx512_emulation {
+
+#define KVLM_EMU inline __attribute__((target("avx2,fma,f16c")))
+
+template <class T, int N>
+struct Lanes {
+  T v[N];
+};
+template <class T, class V>
+KVLM_EMU Lanes<T, sizeof(V) / sizeof(T)> lanes(const V& x) {
+  Lanes<T, sizeof(V) / sizeof(T)> l;
+  std::memcpy(l.v, &x, sizeof x);
+  return l;
+}
+template <class V, class T, int N>
+KVLM_EMU V vec(const Lanes<T, N>& l) {
+  static_assert(sizeof(V) == sizeof(T) * N);
+  V x;
+  std::memcpy(&x, l.v, sizeof x);
+  return x;
+}
+
+// Lane-wise op on two vectors viewed as lanes of T.
+template <class T, class V, class Op>
+KVLM_EMU V zip(V a, V b, Op op) {
+  auto x = lanes<T>(a), y = lanes<T>(b);
+  for (auto i = 0u; i < sizeof(V) / sizeof(T); ++i) x.v[i] = op(x.v[i], y.v[i]);
+  return vec<V>(x);
+}
+
+KVLM_EMU __m512i mm512_setzero_si512() { return vec<__m512i>(Lanes<int32_t, 16>{}); }
+KVLM_EMU __m512i mm512_set1_epi8(char c) {
+  Lanes<int8_t, 64> l;
+  for (auto& x : l.v) x = static_cast<int8_t>(c);
+  return vec<__m512i>(l);
+}
+KVLM_EMU __m512 mm512_set1_ps(float f) {
+  Lanes<float, 16> l;
+  for (auto& x : l.v) x = f;
+  return vec<__m512>(l);
+}
+KVLM_EMU __m512i mm512_setr_epi32(int e0, int e1, int e2, int e3, int e4, int e5, int e6, int e7, int e8, int e9,
+                                  int e10, int e11, int e12, int e13, int e14, int e15) {
+  return vec<__m512i>(Lanes<int32_t, 16>{{e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15}});
+}
+KVLM_EMU __m512i mm512_loadu_si512(const void* p) {
+  __m512i x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+KVLM_EMU __m512 mm512_loadu_ps(const float* p) {
+  __m512 x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+KVLM_EMU void mm512_storeu_ps(void* p, __m512 x) { std::memcpy(p, &x, sizeof x); }
+
+KVLM_EMU __m512i mm512_and_si512(__m512i a, __m512i b) { return zip<uint64_t>(a, b, [](uint64_t x, uint64_t y) { return x & y; }); }
+KVLM_EMU __m512i mm512_or_si512(__m512i a, __m512i b) { return zip<uint64_t>(a, b, [](uint64_t x, uint64_t y) { return x | y; }); }
+KVLM_EMU __m512i mm512_sub_epi32(__m512i a, __m512i b) { return zip<uint32_t>(a, b, [](uint32_t x, uint32_t y) { return x - y; }); }
+KVLM_EMU __m512i mm512_mullo_epi32(__m512i a, __m512i b) { return zip<uint32_t>(a, b, [](uint32_t x, uint32_t y) { return x * y; }); }
+KVLM_EMU __m512 mm512_mul_ps(__m512 a, __m512 b) { return zip<float>(a, b, [](float x, float y) { return x * y; }); }
+KVLM_EMU __m512 mm512_fmadd_ps(__m512 a, __m512 b, __m512 c) {
+  auto x = lanes<float>(a), y = lanes<float>(b), z = lanes<float>(c);
+  for (int i = 0; i < 16; ++i) z.v[i] = std::fma(x.v[i], y.v[i], z.v[i]);  // one rounding, as vfmadd
+  return vec<__m512>(z);
+}
+
+// Shifts by a count above the lane's width give zero, as the instructions do.
+template <class T>
+KVLM_EMU __m512i shift(__m512i a, unsigned n, bool left) {
+  auto x = lanes<T>(a);
+  for (auto& e : x.v) e = n >= 8 * sizeof(T) ? T(0) : left ? T(e << n) : T(e >> n);
+  return vec<__m512i>(x);
+}
+KVLM_EMU __m512i mm512_srli_epi16(__m512i a, unsigned n) { return shift<uint16_t>(a, n, false); }
+KVLM_EMU __m512i mm512_slli_epi16(__m512i a, unsigned n) { return shift<uint16_t>(a, n, true); }
+KVLM_EMU __m512i mm512_slli_epi32(__m512i a, unsigned n) { return shift<uint32_t>(a, n, true); }
+
+KVLM_EMU __m512 mm512_cvtepi32_ps(__m512i a) {
+  auto x = lanes<int32_t>(a);
+  Lanes<float, 16> r;
+  for (int i = 0; i < 16; ++i) r.v[i] = static_cast<float>(x.v[i]);  // the current rounding mode, as vcvtdq2ps
+  return vec<__m512>(r);
+}
+KVLM_EMU __m512i mm512_maskz_cvtepi8_epi32(__mmask16 k, __m128i a) {
+  auto x = lanes<int8_t>(a);
+  Lanes<int32_t, 16> r;
+  for (int i = 0; i < 16; ++i) r.v[i] = (k >> i) & 1 ? x.v[i] : 0;
+  return vec<__m512i>(r);
+}
+KVLM_EMU __m512i mm512_maskz_cvtepu16_epi32(__mmask16 k, __m256i a) {
+  auto x = lanes<uint16_t>(a);
+  Lanes<int32_t, 16> r;
+  for (int i = 0; i < 16; ++i) r.v[i] = (k >> i) & 1 ? x.v[i] : 0;
+  return vec<__m512i>(r);
+}
+KVLM_EMU __m512i mm512_mask_blend_epi64(__mmask8 k, __m512i a, __m512i b) {
+  auto x = lanes<uint64_t>(a), y = lanes<uint64_t>(b);
+  for (int i = 0; i < 8; ++i) x.v[i] = (k >> i) & 1 ? y.v[i] : x.v[i];
+  return vec<__m512i>(x);
+}
+KVLM_EMU __m512i mm512_permutexvar_epi32(__m512i idx, __m512i a) {
+  auto i32 = lanes<uint32_t>(idx), x = lanes<uint32_t>(a);
+  Lanes<uint32_t, 16> r;
+  for (int i = 0; i < 16; ++i) r.v[i] = x.v[i32.v[i] & 15];
+  return vec<__m512i>(r);
+}
+KVLM_EMU __m512i mm512_broadcast_i64x4(__m256i a) {
+  auto x = lanes<uint64_t>(a);
+  Lanes<uint64_t, 8> r;
+  for (int i = 0; i < 8; ++i) r.v[i] = x.v[i % 4];
+  return vec<__m512i>(r);
+}
+KVLM_EMU __m256 mm512_extractf32x8_ps(__m512 a, int half) {
+  auto x = lanes<float>(a);
+  Lanes<float, 8> r;
+  for (int i = 0; i < 8; ++i) r.v[i] = x.v[8 * (half & 1) + i];
+  return vec<__m256>(r);
+}
+KVLM_EMU __m256 mm512_castps512_ps256(__m512 a) { return mm512_extractf32x8_ps(a, 0); }
+KVLM_EMU __m512 mm512_castsi512_ps(__m512i a) { return vec<__m512>(lanes<float>(a)); }
+
+// vpdpbusd: each int32 lane plus the four products of a's unsigned bytes with b's signed ones,
+// wrapping (no saturation).
+template <class V>
+KVLM_EMU V dpbusd(V src, V a, V b) {
+  auto s = lanes<uint32_t>(src);
+  auto u = lanes<uint8_t>(a);
+  auto q = lanes<int8_t>(b);
+  for (auto i = 0u; i < sizeof(V) / 4; ++i) {
+    int32_t d = 0;
+    for (int k = 0; k < 4; ++k) d += static_cast<int32_t>(u.v[4 * i + k]) * q.v[4 * i + k];
+    s.v[i] += static_cast<uint32_t>(d);
+  }
+  return vec<V>(s);
+}
+KVLM_EMU __m512i mm512_dpbusd_epi32(__m512i src, __m512i a, __m512i b) { return dpbusd(src, a, b); }
+KVLM_EMU __m256i mm256_dpbusd_epi32(__m256i src, __m256i a, __m256i b) { return dpbusd(src, a, b); }
+
+#undef KVLM_EMU
+
+}  // namespace kvlm::avx512_emulation
+
+// The kernels' calls go to the emulation (some intrinsics are macros when not optimizing: undefined first).
+#undef _mm512_setzero_si512
+#undef _mm512_set1_epi8
+#undef _mm512_set1_ps
+#undef _mm512_setr_epi32
+#undef _mm512_loadu_si512
+#undef _mm512_loadu_ps
+#undef _mm512_storeu_ps
+#undef _mm512_and_si512
+#undef _mm512_or_si512
+#undef _mm512_sub_epi32
+#undef _mm512_mullo_epi32
+#undef _mm512_mul_ps
+#undef _mm512_fmadd_ps
+#undef _mm512_srli_epi16
+#undef _mm512_slli_epi16
+#undef _mm512_slli_epi32
+#undef _mm512_cvtepi32_ps
+#undef _mm512_maskz_cvtepi8_epi32
+#undef _mm512_maskz_cvtepu16_epi32
+#undef _mm512_mask_blend_epi64
+#undef _mm512_permutexvar_epi32
+#undef _mm512_broadcast_i64x4
+#undef _mm512_extractf32x8_ps
+#undef _mm512_castps512_ps256
+#undef _mm512_castsi512_ps
+#undef _mm512_dpbusd_epi32
+#undef _mm256_dpbusd_epi32
+#define _mm512_setzero_si512 kvlm::avx512_emulation::mm512_setzero_si512
+#define _mm512_set1_epi8 kvlm::avx512_emulation::mm512_set1_epi8
+#define _mm512_set1_ps kvlm::avx512_emulation::mm512_set1_ps
+#define _mm512_setr_epi32 kvlm::avx512_emulation::mm512_setr_epi32
+#define _mm512_loadu_si512 kvlm::avx512_emulation::mm512_loadu_si512
+#define _mm512_loadu_ps kvlm::avx512_emulation::mm512_loadu_ps
+#define _mm512_storeu_ps kvlm::avx512_emulation::mm512_storeu_ps
+#define _mm512_and_si512 kvlm::avx512_emulation::mm512_and_si512
+#define _mm512_or_si512 kvlm::avx512_emulation::mm512_or_si512
+#define _mm512_sub_epi32 kvlm::avx512_emulation::mm512_sub_epi32
+#define _mm512_mullo_epi32 kvlm::avx512_emulation::mm512_mullo_epi32
+#define _mm512_mul_ps kvlm::avx512_emulation::mm512_mul_ps
+#define _mm512_fmadd_ps kvlm::avx512_emulation::mm512_fmadd_ps
+#define _mm512_srli_epi16 kvlm::avx512_emulation::mm512_srli_epi16
+#define _mm512_slli_epi16 kvlm::avx512_emulation::mm512_slli_epi16
+#define _mm512_slli_epi32 kvlm::avx512_emulation::mm512_slli_epi32
+#define _mm512_cvtepi32_ps kvlm::avx512_emulation::mm512_cvtepi32_ps
+#define _mm512_maskz_cvtepi8_epi32 kvlm::avx512_emulation::mm512_maskz_cvtepi8_epi32
+#define _mm512_maskz_cvtepu16_epi32 kvlm::avx512_emulation::mm512_maskz_cvtepu16_epi32
+#define _mm512_mask_blend_epi64 kvlm::avx512_emulation::mm512_mask_blend_epi64
+#define _mm512_permutexvar_epi32 kvlm::avx512_emulation::mm512_permutexvar_epi32
+#define _mm512_broadcast_i64x4 kvlm::avx512_emulation::mm512_broadcast_i64x4
+#define _mm512_extractf32x8_ps kvlm::avx512_emulation::mm512_extractf32x8_ps
+#define _mm512_castps512_ps256 kvlm::avx512_emulation::mm512_castps512_ps256
+#define _mm512_castsi512_ps kvlm::avx512_emulation::mm512_castsi512_ps
+#define _mm512_dpbusd_epi32 kvlm::avx512_emulation::mm512_dpbusd_epi32
+#define _mm256_dpbusd_epi32 kvlm::avx512_emulation::mm256_dpbusd_epi32
