@@ -1,11 +1,11 @@
-// Test builds only (-DKVLM_AVX512_EMULATION=ON): the AVX-512 intrinsics kvlm's AVX-512 kernels use,
-// emulated lane by lane in plain C++, so those kernels run on a CPU without AVX-512 and their
-// twin tests check their logic (masks, shuffles, the order of the sums) where CI has only AVX2.
-// Each function follows Intel's pseudo-code for its instruction; the kernels are compiled for
-// AVX2 (KVLM_AVX512_TARGET in core/cpu.h), so their AVX2 intrinsics stay real.
-// Hand-written because no emulator runs here (Intel's SDE is not packaged, QEMU's TCG has no
-// AVX-512); it covers exactly the intrinsics the kernels call, and a kernel that starts using a
-// new one fails to build in the emulation build until it is added here.
+// Tests only (the kvlm_kernels_avx512_emulated objects, built with KVLM_AVX512_EMULATION=1): the
+// AVX-512 intrinsics kvlm's AVX-512 kernels use, emulated lane by lane in plain C++, so those
+// kernels run on a CPU without AVX-512 and their twin tests check their logic (masks, shuffles,
+// the order of the sums) where CI has only AVX2. Each function follows Intel's pseudo-code for its
+// instruction; the kernels are compiled for AVX2 (KVLM_AVX512_TARGET in core/cpu.h), so their AVX2
+// intrinsics stay real. Hand-written because no emulator runs here (Intel's SDE is not packaged,
+// QEMU's TCG has no AVX-512); it covers exactly the intrinsics the kernels call, and a kernel that
+// starts using another one fails to build (every x86-64 test build compiles the emulation).
 #pragma once
 #include <immintrin.h>
 
