@@ -13,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_batch.h"
 #include "kernels/attention_int.h"
+#include "kernels/half_dot.h"
 #include "kernels/kv_quant.h"
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
@@ -54,6 +55,30 @@ void BM_dot_bf16(benchmark::State& s) {
 }
 BENCHMARK(BM_dot_bf16<false>)->Arg(2048)->Arg(5632);
 BENCHMARK(BM_dot_bf16<true>)->Arg(2048)->Arg(5632);
+
+// Prefill over f16 rows: the row-and-token tiles against one row dot per (row, token), which
+// streamed every token's activations once per row. 512 rows of in values, range(1) tokens.
+template <bool kPerPair>
+void BM_f16_rows_times_tokens(benchmark::State& s) {
+  const int in = static_cast<int>(s.range(0)), n = static_cast<int>(s.range(1)), rows = 512;
+  auto w = randn(static_cast<size_t>(rows) * in, 3), x = randn(static_cast<size_t>(n) * in, 4);
+  std::vector<uint16_t> w16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_f16(w[i]);
+  std::vector<float> y(static_cast<size_t>(n) * rows);
+  for (auto _ : s) {
+    if (kPerPair) {
+      for (int r = 0; r < rows; ++r)
+        for (int t = 0; t < n; ++t)
+          y[static_cast<size_t>(t) * rows + r] = dot_f16(w16.data() + static_cast<size_t>(r) * in, x.data() + static_cast<size_t>(t) * in, in);
+    } else {
+      half_rows_times_tokens(DType::F16, w16.data(), nullptr, in, 0, rows, x.data(), n, y.data(), rows);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  s.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * in * n, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_f16_rows_times_tokens<false>)->Args({2048, 1})->Args({2048, 64})->Args({5632, 64})->Args({2048, 512});
+BENCHMARK(BM_f16_rows_times_tokens<true>)->Args({2048, 1})->Args({2048, 64})->Args({5632, 64})->Args({2048, 512});
 
 // One packed 8-row group against nt tokens: nt = 1 is the decode matvec, 4 the prefill tile.
 template <bool kScalar, bool kQ4>

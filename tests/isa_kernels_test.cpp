@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_int.h"
 #include "kernels/dtype.h"
+#include "kernels/half_dot.h"
 #include "kernels/kv_quant.h"
 #include "kernels/q6k.h"
 #include "kernels/linear.h"
@@ -345,6 +346,78 @@ TEST(IsaKernels, Q8LinearGivesEachTokenTheSameValuesAloneOrInABatch) {
           ASSERT_EQ(alone[i], batch[static_cast<size_t>(t) * out + i]) << "out " << out << " in " << in << " t " << t << " row " << i;
       }
     }
+}
+}  // namespace
+}  // namespace kvlm
+
+namespace kvlm {
+namespace {
+// The many-token product over stored halves gives every (row, token) the row dot's value bit for
+// bit (a decode step equals the prefill), over tile edges, blocks of rows, tails and misalignment;
+// and stays near the in-order scalar sums.
+TEST(IsaKernels, HalfRowsTimesTokensEqualTheRowDotBitForBit) {
+  for_each_simd_isa([] {
+    for (DType f : {DType::F16, DType::BF16})
+      for (int in : {1, 8, 16, 37, 100, 4099})
+        for (int rows : {1, 2, 5, 37}) {
+          if (in > 100 && rows < 37) continue;  // 4,099 values: 12 rows a block, so four blocks
+          const int n = 7;
+          auto wf = randn(static_cast<size_t>(rows) * in, in + rows), bias = randn(rows, 5);
+          std::vector<uint16_t> w(static_cast<size_t>(rows) * in + 1);
+          for (size_t i = 0; i < wf.size(); ++i) w[i + 1] = f == DType::F16 ? f32_to_f16(wf[i]) : f32_to_bf16(wf[i]);
+          auto x = randn(static_cast<size_t>(n) * in + 1, 11 + in);
+          const uint16_t* wp = w.data() + 1;  // both misaligned by one element
+          const float* xp = x.data() + 1;
+          for (int r0 : {0, 1})
+            for (bool with_bias : {true, false}) {
+              if (r0 >= rows) continue;
+              std::vector<float> y(static_cast<size_t>(n) * rows, -1.0f);
+              half_rows_times_tokens(f, wp, with_bias ? bias.data() : nullptr, in, r0, rows, xp, n, y.data(), rows);
+              for (int t = 0; t < n; ++t)
+                for (int r = 0; r < rows; ++r) {
+                  const float got = y[static_cast<size_t>(t) * rows + r];
+                  if (r < r0) {
+                    ASSERT_EQ(got, -1.0f) << "row " << r << " is outside the range asked for";
+                    continue;
+                  }
+                  const uint16_t* wr = wp + static_cast<size_t>(r) * in;
+                  const float* xt = xp + static_cast<size_t>(t) * in;
+                  const float b = with_bias ? bias[r] : 0.0f;
+                  const float dot = f == DType::F16 ? dot_f16(wr, xt, in) : dot_bf16(wr, xt, in);
+                  const float twin = f == DType::F16 ? scalar::dot_f16(wr, xt, in) : scalar::dot_bf16(wr, xt, in);
+                  const float want = dot + b;
+                  ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << dtype_name(f) << " in " << in << " rows " << rows
+                                                            << " r " << r << " t " << t << ": " << got << " vs " << want;
+                  ASSERT_NEAR(got, twin + b, 1e-4f * std::sqrt(static_cast<float>(in)) * 4);
+                }
+            }
+        }
+  });
+}
+
+// A layer with stored halves gives each token the same values alone or among many.
+TEST(IsaKernels, HalfLinearGivesEachTokenTheSameValuesAloneOrInABatch) {
+  for (DType f : {DType::F16, DType::BF16})
+    for (int out : {5, 64, 301})
+      for (int in : {24, 96, 2048}) {
+        Linear l;
+        l.out = out;
+        l.in = in;
+        auto w = randn(static_cast<size_t>(out) * in, out + in);
+        l.w.assign(w.begin(), w.end());
+        l.b = randn(out, 3);
+        ASSERT_TRUE(l.convert(f));
+        const int n = 11;
+        auto x = randn(static_cast<size_t>(n) * in, 9);
+        std::vector<float> batch(static_cast<size_t>(n) * out), alone(out);
+        l.forward(x.data(), n, batch.data());
+        for (int t = 0; t < n; ++t) {
+          l.forward(x.data() + static_cast<size_t>(t) * in, 1, alone.data());
+          for (int i = 0; i < out; ++i)
+            ASSERT_EQ(alone[i], batch[static_cast<size_t>(t) * out + i])
+                << dtype_name(f) << " out " << out << " in " << in << " t " << t << " row " << i;
+        }
+      }
 }
 }  // namespace
 }  // namespace kvlm

@@ -16,6 +16,7 @@
 #include "engine/sampler.h"
 #include "io/tensor_source.h"
 #include "kernels/dot.h"
+#include "kernels/half_dot.h"
 #include "kernels/linear.h"
 #include "kernels/qgemm.h"
 #include "kv/kv_cache.h"

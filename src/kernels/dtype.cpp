@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
 #include "kernels/q6k.h"
+#include "kernels/half_dot.h"
 #include "kernels/quantize.h"
 
 namespace kvlm {

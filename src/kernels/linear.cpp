@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "kernels/context.h"
 #include "kernels/dot.h"
+#include "kernels/half_dot.h"
 #include "kernels/ops.h"
 #include "kernels/q6k.h"
 #include "kernels/qgemm.h"
@@ -78,18 +79,19 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
     else
       body(0, items);
   };
-  // y[t][r] = dot(row r, token t) + b[r], a row at a time (stored halves, Q6_K rows).
+  if (fmt == DType::BF16 || fmt == DType::F16) {  // tiles of rows and tokens, threads splitting the rows
+    run(out, [&](size_t r0, size_t r1) {
+      half_rows_times_tokens(fmt, w16.data(), B, in, static_cast<int>(r0), static_cast<int>(r1), x, n, y, out);
+    });
+    return;
+  }
+  // y[t][r] = dot(row r, token t) + b[r], a row at a time (Q6_K rows).
   auto by_rows = [&](auto&& row_dot) {
     run(out, [&](size_t r0, size_t r1) {
       for (size_t r = r0; r < r1; ++r)
         for (int t = 0; t < n; ++t) y[static_cast<size_t>(t) * out + r] = row_dot(r, t) + (B ? B[r] : 0.0f);
     });
   };
-  if (fmt == DType::BF16 || fmt == DType::F16) {
-    const auto dot = dtype_traits(fmt).dot;  // the table's row dot for stored halves
-    by_rows([&](size_t r, int t) { return dot(w16.data() + r * in, x + static_cast<size_t>(t) * in, in); });
-    return;
-  }
   QuantizedActs& acts = ctx.quantized_acts();  // activations to Q8_0 once per call, as llama.cpp does
   acts.quantize(x, n, in, &pool);
   if (fmt == DType::Q6_K) {  // rows as stored in the file

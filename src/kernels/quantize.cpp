@@ -1,6 +1,5 @@
-// Row kernels shared by every user of a type: the Q8_0 / Q4_0 / symmetric-int8 quantizers (weights,
-// activations and KV rows round the same way) and the dots over stored bf16 / f16 rows. Each
-// SIMD version has a scalar twin that tests compare it against.
+// The Q8_0 / Q4_0 / symmetric-int8 quantizers shared by every user of a type (weights, activations
+// and KV rows round the same way). Each SIMD version has a scalar twin that tests compare it against.
 #include "kernels/quantize.h"
 
 #if defined(__x86_64__)
@@ -11,7 +10,6 @@
 #include <cmath>
 
 #include "core/cpu.h"
-#include "core/half.h"
 
 namespace kvlm {
 
@@ -91,76 +89,6 @@ void quantize_row_q4_0(const float* x, int n, float* scales, uint8_t* q) {
       q[b * 16 + i] = static_cast<uint8_t>(lo | (hi << 4));
     }
   }
-}
-
-namespace scalar {
-float dot_bf16(const uint16_t* w, const float* x, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += bf16_to_f32(w[i]) * x[i];
-  return s;
-}
-float dot_f16(const uint16_t* w, const float* x, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += f16_to_f32(w[i]) * x[i];
-  return s;
-}
-}  // namespace scalar
-
-#if KVLM_X86
-namespace {
-
-__attribute__((target("avx2,fma"))) inline float reduce(__m256 acc) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-__attribute__((target("avx2,fma"))) float dot_bf16_avx2(const uint16_t* w, const float* x, int n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-    __m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
-    acc0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), _mm256_loadu_ps(x + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(b, 16)), _mm256_loadu_ps(x + i + 8), acc1);
-  }
-  float s = reduce(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += bf16_to_f32(w[i]) * x[i];
-  return s;
-}
-
-// IEEE half weights widened by F16C in registers: f16 keeps its 10-bit mantissa (bf16 has 7).
-__attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const uint16_t* w, const float* x, int n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-    __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
-    acc0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), acc0);
-    acc1 = _mm256_fmadd_ps(b, _mm256_loadu_ps(x + i + 8), acc1);
-  }
-  float s = reduce(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += f16_to_f32(w[i]) * x[i];
-  return s;
-}
-
-}  // namespace
-#endif  // KVLM_X86
-
-
-float dot_bf16(const uint16_t* w, const float* x, int n) {
-#if KVLM_X86
-  if (isa_at_least(Isa::Avx2)) return dot_bf16_avx2(w, x, n);
-#endif
-  return scalar::dot_bf16(w, x, n);
-}
-
-float dot_f16(const uint16_t* w, const float* x, int n) {
-#if KVLM_X86
-  if (isa_at_least(Isa::Avx2)) return dot_f16_avx2(w, x, n);  // the Avx2 row includes F16C
-#endif
-  return scalar::dot_f16(w, x, n);
 }
 
 }  // namespace kvlm

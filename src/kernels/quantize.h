@@ -11,15 +11,9 @@ void quantize_symmetric_i8(const float* x, int n, int block, float* scales, int8
 void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q);
 void quantize_row_q4_0(const float* x, int n, float* scales, uint8_t* q);
 
-// sum_i w[i] * x[i] over stored bf16 / f16 values.
-float dot_bf16(const uint16_t* w, const float* x, int n);
-float dot_f16(const uint16_t* w, const float* x, int n);
-
 namespace scalar {
 void quantize_symmetric_i8(const float* x, int n, int block, float* scales, int8_t* q);
 void quantize_row_q8_0(const float* x, int n, float* scales, int8_t* q);
-float dot_bf16(const uint16_t* w, const float* x, int n);
-float dot_f16(const uint16_t* w, const float* x, int n);
 }  // namespace scalar
 
 }  // namespace kvlm
