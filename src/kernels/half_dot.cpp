@@ -36,7 +36,7 @@ namespace {
 // every token tile passes over it.
 constexpr size_t kBlockBytes = size_t{128} << 10;
 // Tokens per tile: 3 rows x 4 tokens is 12 accumulators, 3 widened rows and one activation
-// vector, AVX2's 16 registers (2 x 6 ran 10-18% slower: more activation bytes per multiply-add).
+// vector, AVX2's 16 registers (2 x 6 ran 10-21% slower: more activation bytes per multiply-add).
 // One token (decode) takes 4 rows a tile: four chains, and asks for the tile two ahead as it goes
 // (the hardware prefetcher stops at each 4 KiB page: decode +5-15% at 2,048 inputs, +30% at 768).
 constexpr int kTileTokens = 4;
