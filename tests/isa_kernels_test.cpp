@@ -324,28 +324,39 @@ TEST(IsaKernels, PackedQuantizedGemmMatchesScalarTwinAtEveryIsa) {
 
 namespace kvlm {
 namespace {
-// A Q8_0 layer gives each token the same values whether it runs alone or among many (token
-// tiles of 1 to 4): the cache's decode must equal a prefill bit for bit.
+// A layer of type f gives each of 11 tokens the same values whether it runs alone or among
+// many: the cache's decode must equal a prefill bit for bit.
+void expect_alone_equals_batch(DType f, int out, int in) {
+  Linear l;
+  l.out = out;
+  l.in = in;
+  auto w = randn(static_cast<size_t>(out) * in, out + in);
+  l.w.assign(w.begin(), w.end());
+  l.b = randn(out, 3);
+  ASSERT_TRUE(l.convert(f));
+  const int n = 11;
+  auto x = randn(static_cast<size_t>(n) * in, 9);
+  std::vector<float> batch(static_cast<size_t>(n) * out), alone(out);
+  l.forward(x.data(), n, batch.data());
+  for (int t = 0; t < n; ++t) {
+    l.forward(x.data() + static_cast<size_t>(t) * in, 1, alone.data());
+    for (int i = 0; i < out; ++i)
+      ASSERT_EQ(alone[i], batch[static_cast<size_t>(t) * out + i])
+          << dtype_name(f) << " out " << out << " in " << in << " t " << t << " row " << i;
+  }
+}
+
+// Q8_0: token tiles of 1 to 4 over packed groups of 8 rows.
 TEST(IsaKernels, Q8LinearGivesEachTokenTheSameValuesAloneOrInABatch) {
   for (int out : {5, 8, 37, 64})
-    for (int in : {32, 64, 96}) {
-      Linear l;
-      l.out = out;
-      l.in = in;
-      auto w = randn(static_cast<size_t>(out) * in, out + in);
-      l.w.assign(w.begin(), w.end());
-      l.b = randn(out, 3);
-      ASSERT_TRUE(l.convert(DType::Q8_0));
-      const int n = 11;
-      auto x = randn(static_cast<size_t>(n) * in, 9);
-      std::vector<float> batch(static_cast<size_t>(n) * out), alone(out);
-      l.forward(x.data(), n, batch.data());
-      for (int t = 0; t < n; ++t) {
-        l.forward(x.data() + static_cast<size_t>(t) * in, 1, alone.data());
-        for (int i = 0; i < out; ++i)
-          ASSERT_EQ(alone[i], batch[static_cast<size_t>(t) * out + i]) << "out " << out << " in " << in << " t " << t << " row " << i;
-      }
-    }
+    for (int in : {32, 64, 96}) expect_alone_equals_batch(DType::Q8_0, out, in);
+}
+
+// Stored halves: tiles of 3 rows x 4 tokens in prefill, 4 rows x 1 in decode.
+TEST(IsaKernels, HalfLinearGivesEachTokenTheSameValuesAloneOrInABatch) {
+  for (DType f : {DType::F16, DType::BF16})
+    for (int out : {5, 64, 301})
+      for (int in : {24, 96, 2048}) expect_alone_equals_batch(f, out, in);
 }
 }  // namespace
 }  // namespace kvlm
@@ -359,65 +370,42 @@ TEST(IsaKernels, HalfRowsTimesTokensEqualTheRowDotBitForBit) {
   for_each_simd_isa([] {
     for (DType f : {DType::F16, DType::BF16})
       for (int in : {1, 8, 16, 37, 100, 4099})
-        for (int rows : {1, 2, 5, 37}) {
-          if (in > 100 && rows < 37) continue;  // 4,099 values: 12 rows a block, so four blocks
-          const int n = 7;
-          auto wf = randn(static_cast<size_t>(rows) * in, in + rows), bias = randn(rows, 5);
-          std::vector<uint16_t> w(static_cast<size_t>(rows) * in + 1);
-          for (size_t i = 0; i < wf.size(); ++i) w[i + 1] = f == DType::F16 ? f32_to_f16(wf[i]) : f32_to_bf16(wf[i]);
-          auto x = randn(static_cast<size_t>(n) * in + 1, 11 + in);
-          const uint16_t* wp = w.data() + 1;  // both misaligned by one element
-          const float* xp = x.data() + 1;
-          for (int r0 : {0, 1})
-            for (bool with_bias : {true, false}) {
-              if (r0 >= rows) continue;
-              std::vector<float> y(static_cast<size_t>(n) * rows, -1.0f);
-              half_rows_times_tokens(f, wp, with_bias ? bias.data() : nullptr, in, r0, rows, xp, n, y.data(), rows);
-              for (int t = 0; t < n; ++t)
-                for (int r = 0; r < rows; ++r) {
-                  const float got = y[static_cast<size_t>(t) * rows + r];
-                  if (r < r0) {
-                    ASSERT_EQ(got, -1.0f) << "row " << r << " is outside the range asked for";
-                    continue;
+        for (int rows : {1, 2, 5, 37})
+          for (int n : {1, 5, 7}) {  // 4-row tiles of one token; tiles of 4 tokens, 1 or 3 left
+            if (in > 100 && rows < 37) continue;  // 4,099 values: 12 rows a block, so four blocks
+            auto wf = randn(static_cast<size_t>(rows) * in, in + rows), bias = randn(rows, 5);
+            std::vector<uint16_t> w(static_cast<size_t>(rows) * in + 1);
+            for (size_t i = 0; i < wf.size(); ++i) w[i + 1] = f == DType::F16 ? f32_to_f16(wf[i]) : f32_to_bf16(wf[i]);
+            auto x = randn(static_cast<size_t>(n) * in + 1, 11 + in);
+            const uint16_t* wp = w.data() + 1;  // both misaligned by one element
+            const float* xp = x.data() + 1;
+            for (int r0 : {0, 1})
+              for (bool with_bias : {true, false}) {
+                if (r0 >= rows) continue;
+                std::vector<float> y(static_cast<size_t>(n) * rows, -1.0f);
+                half_rows_times_tokens(f, wp, with_bias ? bias.data() : nullptr, in, r0, rows, xp, n, y.data(), rows);
+                for (int t = 0; t < n; ++t)
+                  for (int r = 0; r < rows; ++r) {
+                    const float got = y[static_cast<size_t>(t) * rows + r];
+                    if (r < r0) {
+                      ASSERT_EQ(got, -1.0f) << "row " << r << " is outside the range asked for";
+                      continue;
+                    }
+                    const uint16_t* wr = wp + static_cast<size_t>(r) * in;
+                    const float* xt = xp + static_cast<size_t>(t) * in;
+                    const float b = with_bias ? bias[r] : 0.0f;
+                    const float dot = f == DType::F16 ? dot_f16(wr, xt, in) : dot_bf16(wr, xt, in);
+                    const float twin = f == DType::F16 ? scalar::dot_f16(wr, xt, in) : scalar::dot_bf16(wr, xt, in);
+                    const float want = dot + b;
+                    ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
+                        << dtype_name(f) << " in " << in << " rows " << rows << " r " << r << " t " << t << ": " << got
+                        << " vs " << want;
+                    ASSERT_NEAR(got, twin + b, 1e-4f * std::sqrt(static_cast<float>(in)) * 4);
                   }
-                  const uint16_t* wr = wp + static_cast<size_t>(r) * in;
-                  const float* xt = xp + static_cast<size_t>(t) * in;
-                  const float b = with_bias ? bias[r] : 0.0f;
-                  const float dot = f == DType::F16 ? dot_f16(wr, xt, in) : dot_bf16(wr, xt, in);
-                  const float twin = f == DType::F16 ? scalar::dot_f16(wr, xt, in) : scalar::dot_bf16(wr, xt, in);
-                  const float want = dot + b;
-                  ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << dtype_name(f) << " in " << in << " rows " << rows
-                                                            << " r " << r << " t " << t << ": " << got << " vs " << want;
-                  ASSERT_NEAR(got, twin + b, 1e-4f * std::sqrt(static_cast<float>(in)) * 4);
-                }
-            }
-        }
+              }
+          }
   });
 }
 
-// A layer with stored halves gives each token the same values alone or among many.
-TEST(IsaKernels, HalfLinearGivesEachTokenTheSameValuesAloneOrInABatch) {
-  for (DType f : {DType::F16, DType::BF16})
-    for (int out : {5, 64, 301})
-      for (int in : {24, 96, 2048}) {
-        Linear l;
-        l.out = out;
-        l.in = in;
-        auto w = randn(static_cast<size_t>(out) * in, out + in);
-        l.w.assign(w.begin(), w.end());
-        l.b = randn(out, 3);
-        ASSERT_TRUE(l.convert(f));
-        const int n = 11;
-        auto x = randn(static_cast<size_t>(n) * in, 9);
-        std::vector<float> batch(static_cast<size_t>(n) * out), alone(out);
-        l.forward(x.data(), n, batch.data());
-        for (int t = 0; t < n; ++t) {
-          l.forward(x.data() + static_cast<size_t>(t) * in, 1, alone.data());
-          for (int i = 0; i < out; ++i)
-            ASSERT_EQ(alone[i], batch[static_cast<size_t>(t) * out + i])
-                << dtype_name(f) << " out " << out << " in " << in << " t " << t << " row " << i;
-        }
-      }
-}
 }  // namespace
 }  // namespace kvlm
