@@ -2,6 +2,7 @@
 #include "kernels/attention_avx512.h"
 #include "core/cpu.h"
 #include "kernels/dot.h"
+#include "kernels/hsum.h"
 #include "kernels/prefetch.h"
 #include "kernels/vexp.h"
 
@@ -109,10 +110,7 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
   int i = 0;
   __m256 acc = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  float s = _mm_cvtss_f32(s4);
+  float s = hsum8_avx2(acc);
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }

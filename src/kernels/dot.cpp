@@ -5,6 +5,7 @@
 #endif
 
 #include "core/cpu.h"
+#include "kernels/hsum.h"
 
 namespace kvlm {
 
@@ -29,13 +30,6 @@ void dot4_f32(const float* a, const float* b, size_t b_stride, size_t n, float* 
 
 #if KVLM_X86
 namespace avx2 {
-__attribute__((target("avx2,fma"))) static float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 // dot_f32 and dot4_f32 sum in exactly the same order (two accumulators over alternating
 // 8-lane chunks), so a token's result does not depend on whether it came in a batch: logits
 // with the KV cache equal logits without it.
@@ -50,7 +44,7 @@ __attribute__((target("avx2,fma"))) static float dot_f32(const float* a, const f
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
     i += 8;
   }
-  float s = hsum(_mm256_add_ps(acc0, acc1));
+  float s = hsum8_avx2(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
@@ -73,7 +67,7 @@ __attribute__((target("avx2,fma"))) static void dot4_f32(const float* a, const f
     i += 8;
   }
   for (int t = 0; t < 4; ++t) {
-    float s = hsum(_mm256_add_ps(acc0[t], acc1[t]));
+    float s = hsum8_avx2(_mm256_add_ps(acc0[t], acc1[t]));
     for (size_t k = i; k < n; ++k) s += a[k] * b[t * bs + k];
     out[t] = s;
   }

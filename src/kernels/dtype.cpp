@@ -9,8 +9,8 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
-#include "kernels/q6k.h"
 #include "kernels/half_dot.h"
+#include "kernels/q6k.h"
 #include "kernels/quantize.h"
 
 namespace kvlm {

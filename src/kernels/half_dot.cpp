@@ -14,6 +14,7 @@
 
 #include "core/cpu.h"
 #include "core/half.h"
+#include "kernels/hsum.h"
 
 namespace kvlm {
 
@@ -43,13 +44,6 @@ constexpr int kTileTokens = 4;
 
 int rows_per_block(int in) {
   return std::max<int>(12, static_cast<int>(kBlockBytes / (static_cast<size_t>(in) * 2)) / 12 * 12);  // 3s and 4s
-}
-
-__attribute__((target("avx2,fma"))) inline float reduce(__m256 acc) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // Eight stored halves widened exactly: f16 by F16C (its 10-bit mantissa kept), bf16 by a shift.
@@ -91,7 +85,7 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const uint16_t* w, const
   }
   for (int r = 0; r < NR; ++r)
     for (int t = 0; t < NT; ++t) {
-      float s = reduce(acc[r][t]);
+      float s = hsum8_avx2(acc[r][t]);
       const uint16_t* wr = w + static_cast<size_t>(r) * in;
       const float* xt = x + static_cast<size_t>(t) * in;
       for (int j = i; j < in; ++j) s += widen1<F16>(wr[j]) * xt[j];
