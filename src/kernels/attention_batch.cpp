@@ -226,13 +226,14 @@ class Attender {
         });
   }
 
-  // Whether a sequence's cached f32 keys are asked for whole rows, into L2, a piece ahead
+  // Whether a sequence's cached keys are asked for whole rows, into L2, a piece ahead
   // (prefetch_whole_rows; its values are whenever this or asks_ahead holds): for one row (a
-  // decode step) and groups of 4+ heads. Its scores and value sums computed while memory idled,
-  // then waited while it read: the hardware prefetcher stays too close ahead of a compute-bound
-  // stream. TinyLlama-shaped f32 decode attention at 4K and 16K ran 5-10% faster. Not for bf16
-  // rows (7% slower: their reads already overlap), nor one head per KV head (GPT-2-shaped: 1%).
-  bool asks_whole_rows(const AttentionSeq& seq) const { return !seq.kv.codec && group_ >= 4 && seq.n_rows == 1; }
+  // decode step). Its scores and value sums computed while memory idled, then waited while it
+  // read: the hardware prefetcher stays too close ahead. f32 rows of groups of 4+ heads:
+  // TinyLlama-shaped decode attention at 4K and 16K ran 5-10% faster (Zen 3; bf16 rows there 7%
+  // slower, int8 and int4 ask for their own). Groups under 4 heads, every KV type: GPT-2-shaped
+  // at 960 positions on Zen 4 ran f32 25% faster, bf16 36%, int8 26%, int4 6% (1% on Zen 3).
+  bool asks_whole_rows(const AttentionSeq& seq) const { return seq.n_rows == 1 && (!seq.kv.codec || group_ < 4); }
 
   // Part x of n of the whole cached rows (keys or values) of the piece from a, every KV head's
   // part of them and of their parameters, into L2: each head of a thread's [g0, g1) asks for its
