@@ -232,7 +232,7 @@ class Attender {
   // read: the hardware prefetcher stays too close ahead. f32 rows of groups of 4+ heads:
   // TinyLlama-shaped decode attention at 4K and 16K ran 5-10% faster (Zen 3; bf16 rows there 7%
   // slower, int8 and int4 ask for their own). Groups under 4 heads, every KV type: GPT-2-shaped
-  // at 960 positions on Zen 4 ran f32 25% faster, bf16 36%, int8 26%, int4 6% (1% on Zen 3).
+  // at 960 positions on Zen 4 ran f32 25% faster, bf16 36%, int8 26%, int4 6% (f32 1% slower on Zen 3).
   bool asks_whole_rows(const AttentionSeq& seq) const { return seq.n_rows == 1 && (!seq.kv.codec || group_ < 4); }
 
   // Part x of n of the whole cached rows (keys or values) of the piece from a, every KV head's
