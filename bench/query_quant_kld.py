@@ -139,6 +139,13 @@ def int4_value_sums(p, v, group):
     return out
 
 
+def bf16(x):
+    """x rounded to bfloat16 (nearest, ties to even) as kv_quant.cpp and f32_to_bf16 do, as float64."""
+    b = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+    return b.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
 def quantize_query(q):
     """q [T, heads, hd] -> (codes, scale [T, heads, 1]): the int8 KV codec's arithmetic, per head."""
     codes, d, _ = int8_rows(q)
@@ -175,6 +182,8 @@ def attention(q, k, v, group, hd, kv, qmode, vmode="float"):
     elif kv == "int8":
         kc, ks, kd = int8_rows(k)
         vd = int8_rows(v)[2]
+    elif kv == "bf16":
+        kd, vd = bf16(k), bf16(v)
     elif kv == "int4kv":  # groups along the KV row, as kvlm stores them; scores from decoded keys
         kd, vd = int4_kv_rows(k)[3], None
     else:
@@ -183,6 +192,8 @@ def attention(q, k, v, group, hd, kv, qmode, vmode="float"):
     kh = np.repeat(kd, group, axis=1)  # [T, heads, hd]
     if qmode == "float" or kv == "f64":
         s = np.einsum("thd,shd->hts", q, kh) * scale
+    elif kv == "bf16":  # the query rounded to bf16 (attention_bf16.h)
+        s = np.einsum("thd,shd->hts", bf16(q), kh) * scale
     else:
         qc, qs = quantize_query(q)
         qsc = qs[..., 0] * scale  # [T, heads]
@@ -213,6 +224,8 @@ def attention(q, k, v, group, hd, kv, qmode, vmode="float"):
     if vmode == "int" and kv == "int8":
         vc, vs, _ = int8_rows(v)
         return int_value_sums(np.where(eye, 0, p), vc, vs, group) + own
+    if vmode == "bf16":  # the softmax weights rounded to bf16 (kvlm's are before normalizing: the same relative rounding)
+        return np.einsum("hts,shd->thd", bf16(np.where(eye, 0, p)), vh) + own
     if kv == "int4kv":
         if vmode == "int":
             return int4_value_sums(np.where(eye, 0, p), v, group) + own
@@ -289,6 +302,11 @@ def main():
                 modes += [("float", "int", "f32 scores, integer value sums"), ("int", "int", "integer scores and value sums")]
             for qmode, vmode, name in modes:
                 row(kv, qmode, vmode, kv, name)
+        # bf16 KV: f32 arithmetic on the decoded rows, or bf16 products (the query and the softmax
+        # weights rounded to bf16, as attention_bf16.h computes them with AVX-512 BF16).
+        row("bf16", "float", "float", "bf16", "f32 from decoded keys and values")
+        row("bf16", "bf16", "float", "bf16", "bf16 query")
+        row("bf16", "bf16", "bf16", "bf16", "bf16 query and weights")
         # int4 as kvlm stores it (groups of 32 along the KV row, so across this model's heads): f32
         # scores from the decoded keys, values from decoded rows or summed in integers. The pooled
         # model's KV rows are 16 wide: no int4 codec for them.

@@ -11,6 +11,7 @@
 #include "core/half.h"
 #include "kernels/attention.h"
 #include "kernels/attention_int.h"
+#include "kernels/attention_bf16.h"
 #include "kernels/dtype.h"
 #include "kernels/half_dot.h"
 #include "kernels/kv_quant.h"
@@ -247,6 +248,73 @@ TEST(IsaKernels, IntegerValueSumsMatchScalarTwinBitForBitAndTheExactSums) {
   };
   for_each_simd_isa([&] { check(true); });
   check(false);  // the scalar twin itself against the exact sums, on any CPU
+}
+
+// bf16 rows with bf16 products (attention_bf16.h): the SIMD kernels against the scalar twins bit
+// for bit, and both against float64 sums of the decoded rows: only the rounding of the query (or
+// of the weights) to bf16 differs, at most 2^-8 of each element, so |error| <= 2^-8 * sum |q k|
+// (sum |p v|) plus float rounding.
+TEST(IsaKernels, Bf16ProductsMatchScalarTwinBitForBitAndTheDecodedRows) {
+  int ran = 0;  // calls where the AVX-512 BF16 kernels ran
+  auto check = [&](bool simd) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    for (int hd : {32, 64, 96, 128, 256})
+      for (int g : {4, 5, 8, 13, 16})
+        for (int n : {1, 15, 16, 17, 37}) {
+          const int kvh = 3, h = 2, off = 2;  // the last head's rows, 2 bytes off a line
+          EncodedKv kv(DType::BF16, kvh * hd, hd, n, off, hd * 7 + g + n);
+          auto q = randn(static_cast<size_t>(g) * hd, 9 + g);
+          std::vector<uint16_t> qb(q.size());
+          round_query_bf16(q.data(), static_cast<int>(q.size()), qb.data());
+          auto dk = kv.decoded(h, n);
+          const size_t ss = n + 3;
+          std::vector<float> got(g * ss, -1.0f), twin(g * ss, -1.0f);
+          ran += simd && bf16_products(kv.c, g);
+          if (simd) attn_scores_bf16(qb.data(), g, hd, 0.3f, kv.head(h), n, got.data(), ss);
+          else scalar::attn_scores_bf16(qb.data(), g, hd, 0.3f, kv.head(h), n, got.data(), ss);
+          scalar::attn_scores_bf16(qb.data(), g, hd, 0.3f, kv.head(h), n, twin.data(), ss);
+          ASSERT_EQ(std::memcmp(got.data(), twin.data(), got.size() * 4), 0) << "scores hd " << hd << " g " << g << " n " << n;
+          for (int i = 0; i < g; ++i)
+            for (int j = 0; j < n; ++j) {
+              double exact = 0, mag = 0;
+              for (int d = 0; d < hd; ++d) {
+                const double t = double(q[i * hd + d]) * dk[j * hd + d];
+                exact += t, mag += std::fabs(t);
+              }
+              ASSERT_LE(std::fabs(got[i * ss + j] - 0.3 * exact), 0.3 * mag * (std::ldexp(1.0, -8) + 1e-6))
+                  << "hd " << hd << " g " << g << " head " << i << " key " << j;
+            }
+          std::vector<float> p(g * ss);
+          for (auto& x : p) x = unit(rng) < 0.1f ? 0.0f : std::exp(-8.0f * unit(rng));  // softmax-like, some zero
+          std::vector<float> m(g), l(g), acc1(static_cast<size_t>(g) * hd), acc2;
+          for (auto& x : acc1) x = unit(rng) - 0.5f;
+          acc2 = acc1;
+          const std::vector<float> acc0 = acc1;
+          AttnState s1{g, hd, m.data(), l.data(), acc1.data()}, s2{g, hd, m.data(), l.data(), acc2.data()};
+          if (simd) attn_accumulate_bf16(s1, p.data(), ss, kv.head(h), n);
+          else scalar::attn_accumulate_bf16(s1, p.data(), ss, kv.head(h), n);
+          scalar::attn_accumulate_bf16(s2, p.data(), ss, kv.head(h), n);
+          ASSERT_EQ(std::memcmp(acc1.data(), acc2.data(), acc1.size() * 4), 0) << "values hd " << hd << " g " << g << " n " << n;
+          for (int i = 0; i < g; ++i)
+            for (int d = 0; d < hd; ++d) {
+              double exact = acc0[i * hd + d], mag = std::fabs(exact);
+              for (int j = 0; j < n; ++j) {
+                const double t = double(p[i * ss + j]) * dk[j * hd + d];
+                exact += t, mag += std::fabs(t);
+              }
+              ASSERT_LE(std::fabs(acc1[i * hd + d] - exact), mag * (std::ldexp(1.0, -8) + 1e-6))
+                  << "values hd " << hd << " g " << g << " head " << i;
+            }
+        }
+  };
+  for_each_simd_isa([&] { check(true); });
+  check(false);  // the scalar twin itself against the float64 sums, on any CPU
+  if (cpu_features().avx512_bf16 && active_isa() == Isa::Avx512) {
+    EXPECT_GT(ran, 0);
+  } else {
+    std::printf("[  ISA     ] Bf16ProductsMatchScalarTwinBitForBitAndTheDecodedRows: SKIPPED the avx512_bf16 kernels: this CPU lacks avx512_bf16\n");
+  }
 }
 
 TEST(IsaKernels, Q6kRowDotMatchesScalarTwinAndDequantizedValues) {

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/attention_bf16.h"
 #include "kernels/attention_int.h"
 
 namespace kvlm {
@@ -120,6 +121,8 @@ class Attender {
     Buffer<float> s, deq;  // 64-byte aligned: rows read 16 bytes off 32 cost the f32 value sums a quarter
     std::vector<QuantQuery> qq;  // per KV head
     std::vector<int> qq_row;     // per KV head, the row its qq was prepared for (-1: none)
+    Buffer<uint16_t> qb;         // per KV head, its heads' query rounded to bf16 (bf16_products)
+    std::vector<int> qb_row;     // per KV head, the row qb was rounded for (-1: none)
     std::vector<const uint8_t*> vrows;  // a piece's encoded value rows of one KV head (integer value sums)
     std::vector<const float*> vprm;     // and their parameters (int8: the scale; int4: the first group's)
   };
@@ -129,6 +132,8 @@ class Attender {
     w.deq.resize(static_cast<size_t>(kDecodePiece) * hd_);  // cached_runs decodes this many rows at a time
     w.qq.resize(b_.n_kv_heads);
     w.qq_row.assign(b_.n_kv_heads, -1);
+    w.qb.resize(static_cast<size_t>(b_.n_kv_heads) * group_ * hd_);
+    w.qb_row.assign(b_.n_kv_heads, -1);
     w.vrows.resize(kPiece), w.vprm.resize(kPiece);
     return w;
   }
@@ -142,6 +147,7 @@ class Attender {
     const int pos0 = seq.context_len;
     const KvRowCodec* codec = from < pos0 ? seq.kv.codec : nullptr;
     const bool int_scores = codec && integer_scores(*codec, group_), int_values = codec && integer_values(*codec, group_);
+    const bool bf16_dp = codec && bf16_products(*codec, group_);
     const bool ask_ahead = asks_ahead(seq.kv.codec), whole_keys = asks_whole_rows(seq), whole_values = whole_keys || ask_ahead;
     for (int g = g0; g < g1; ++g) {
       AttnState a = st.at(g - g0);
@@ -149,6 +155,10 @@ class Attender {
       if (int_scores && w.qq_row[g] != t) {  // a row's chunks share its quantized query
         w.qq[g].prepare(codec->dtype, query(t, g), group_, hd_, b_.scale);
         w.qq_row[g] = t;
+      }
+      if (bf16_dp && w.qb_row[g] != t) {
+        round_query_bf16(query(t, g), group_ * hd_, query_bf16(w, g));
+        w.qb_row[g] = t;
       }
     }
     // Piece by piece, every head of [g0, g1) in turn: the rows are read in the order they are
@@ -165,7 +175,7 @@ class Attender {
           // asking here as well ran int8 and int4 decode attention at 16K 3% slower.
           if (ask_ahead && !int_scores) prefetch_keys(t, g, a + kPiece, a + 2 * kPiece, g == g0);
           if (whole_keys) prefetch_whole_rows(t, a + kPiece, g - g0, g1 - g0, false);
-          scores(w, t, g, j0, a, std::min(j1, a + kPiece), int_scores, w.s.data() + (g - g0) * s_per);
+          scores(w, t, g, j0, a, std::min(j1, a + kPiece), int_scores, bf16_dp, w.s.data() + (g - g0) * s_per);
         }
       for (int g = g0; g < g1; ++g) {
         AttnState a = st.at(g - g0);
@@ -179,7 +189,7 @@ class Attender {
         for (int g = g0; g < g1; ++g) {
           if (whole_values) prefetch_whole_rows(t, a + kPiece, g - g0, g1 - g0, true);
           AttnState st_g = st.at(g - g0);
-          values(w, t, g, j0, a, std::min(j1, a + kPiece), enc_to, w.s.data() + (g - g0) * s_per, st_g);
+          values(w, t, g, j0, a, std::min(j1, a + kPiece), enc_to, bf16_dp, w.s.data() + (g - g0) * s_per, st_g);
         }
     }
   }
@@ -192,6 +202,7 @@ class Attender {
   const float* query(int t, int g) const {
     return b_.q + static_cast<size_t>(t) * b_.n_heads * hd_ + static_cast<size_t>(g) * group_ * hd_;
   }
+  uint16_t* query_bf16(Scratch& w, int g) const { return w.qb.data() + static_cast<size_t>(g) * group_ * hd_; }
 
   // Whether prefetch_keys asks for a sequence's cached keys, and prefetch_whole_rows for its
   // values (whole rows into L2 measured 4-6% faster for int8 and int4 at 16K than each head's
@@ -233,7 +244,11 @@ class Attender {
   // TinyLlama-shaped decode attention at 4K and 16K ran 5-10% faster (Zen 3; bf16 rows there 7%
   // slower, int8 and int4 ask for their own). Groups under 4 heads, every KV type: GPT-2-shaped
   // at 960 positions on Zen 4 ran f32 25% faster, bf16 36%, int8 26%, int4 6% (f32 1% slower on Zen 3).
-  bool asks_whole_rows(const AttentionSeq& seq) const { return seq.n_rows == 1 && (!seq.kv.codec || group_ < 4); }
+  // And bf16 rows read with bf16 products (attention_bf16.h, Zen 4): without, TinyLlama-shaped
+  // decode attention took a third longer at 4K and 16K.
+  bool asks_whole_rows(const AttentionSeq& seq) const {
+    return seq.n_rows == 1 && (!seq.kv.codec || group_ < 4 || bf16_products(*seq.kv.codec, group_));
+  }
 
   // Part x of n of the whole cached rows (keys or values) of the piece from a, every KV head's
   // part of them and of their parameters, into L2: each head of a thread's [g0, g1) asks for its
@@ -274,8 +289,9 @@ class Attender {
   }
 
   // Scores of positions [a, b) of the span from j0, KV head g's query heads, into s (the span's
-  // scores of those heads, kSpan apart).
-  void scores(Scratch& w, int t, int g, int j0, int a, int b, bool int_scores, float* s) const {
+  // scores of those heads, kSpan apart). Encoded keys in integers (int_scores) or with bf16
+  // products (bf16_dp) where those apply, else widened to f32.
+  void scores(Scratch& w, int t, int g, int j0, int a, int b, bool int_scores, bool bf16_dp, float* s) const {
     const float* qg = query(t, g);
     s += a - j0;
     rows_of(
@@ -284,6 +300,10 @@ class Attender {
           attn_scores(qg, group_, hd_, b_.scale, kr, stride, cnt, s + off, kSpan);
         },
         [&](int off, const EncodedRows& kr, int cnt) {
+          if (bf16_dp) {
+            attn_scores_bf16(query_bf16(w, g), group_, hd_, b_.scale, kr, cnt, s + off, kSpan);
+            return true;
+          }
           if (!int_scores) return attn_scores_encoded(qg, group_, hd_, b_.scale, kr, cnt, s + off, kSpan);
           attn_scores_quantized(w.qq[g], kr, cnt, s + off, kSpan);
           return true;
@@ -291,8 +311,9 @@ class Attender {
   }
 
   // Adds the values of positions [a, b) of the span from j0, weighted by s (as scores leaves it,
-  // after attn_update), to st: those below enc_to summed in integers, the rest in f32.
-  void values(Scratch& w, int t, int g, int j0, int a, int b, int enc_to, const float* s, AttnState& st) const {
+  // after attn_update), to st: those below enc_to summed in integers, bf16 rows with bf16
+  // products where bf16_dp holds, the rest in f32.
+  void values(Scratch& w, int t, int g, int j0, int a, int b, int enc_to, bool bf16_dp, const float* s, AttnState& st) const {
     const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
     s += a - j0;
     const int e = std::clamp(enc_to, a, b);
@@ -316,7 +337,11 @@ class Attender {
     rows_of(
         w, t, g, e, b, true,
         [&](int off, const float* vr, size_t stride, int cnt) { attn_accumulate(st, sr + off, kSpan, vr, stride, cnt); },
-        [&](int off, const EncodedRows& vr, int cnt) { return attn_accumulate_encoded(st, sr + off, kSpan, vr, cnt); });
+        [&](int off, const EncodedRows& vr, int cnt) {
+          if (!bf16_dp) return attn_accumulate_encoded(st, sr + off, kSpan, vr, cnt);
+          attn_accumulate_bf16(st, sr + off, kSpan, vr, cnt);
+          return true;
+        });
   }
 
   const AttentionBatch& b_;

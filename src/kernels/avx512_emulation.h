@@ -153,6 +153,65 @@ KVLM_EMU V dpbusd(V src, V a, V b) {
 KVLM_EMU __m512i mm512_dpbusd_epi32(__m512i src, __m512i a, __m512i b) { return dpbusd(src, a, b); }
 KVLM_EMU __m256i mm256_dpbusd_epi32(__m256i src, __m256i a, __m256i b) { return dpbusd(src, a, b); }
 
+// vdpbf16ps: per f32 lane, src plus the products of a's and b's bf16 pairs, the odd element's
+// first, each step one fused multiply-add with denormal inputs read as zero and a denormal result
+// flushed to zero (checked against the instruction on a Zen 4).
+KVLM_EMU float flush_denormal(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
+KVLM_EMU float bf16_lane(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return flush_denormal(f);
+}
+KVLM_EMU __m512 mm512_dpbf16_ps(__m512 src, __m512bh a, __m512bh b) {
+  auto s = lanes<float>(src);
+  auto x = lanes<uint16_t>(a), y = lanes<uint16_t>(b);
+  for (int i = 0; i < 16; ++i) {
+    float t = flush_denormal(s.v[i]);
+    t = flush_denormal(std::fma(bf16_lane(x.v[2 * i + 1]), bf16_lane(y.v[2 * i + 1]), t));
+    s.v[i] = flush_denormal(std::fma(bf16_lane(x.v[2 * i]), bf16_lane(y.v[2 * i]), t));
+  }
+  return vec<__m512>(s);
+}
+// vcvtne2ps2bf16: words 0-15 from b, 16-31 from a; nearest even, denormals to zero, NaN quieted.
+KVLM_EMU uint16_t bf16_of(float f) {
+  f = flush_denormal(f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+KVLM_EMU __m512bh mm512_cvtne2ps_pbh(__m512 a, __m512 b) {
+  auto x = lanes<float>(a), y = lanes<float>(b);
+  Lanes<uint16_t, 32> r;
+  for (int i = 0; i < 16; ++i) r.v[i] = bf16_of(y.v[i]), r.v[16 + i] = bf16_of(x.v[i]);
+  return vec<__m512bh>(r);
+}
+KVLM_EMU __m512i mm512_rol_epi32(__m512i a, int n) {
+  auto x = lanes<uint32_t>(a);
+  for (auto& v : x.v) v = (v << (n & 31)) | (v >> ((32 - n) & 31));
+  return vec<__m512i>(x);
+}
+// vpermt2d / vpermt2w: each lane from a or (index bit 4 / 5 set) b.
+KVLM_EMU __m512i mm512_permutex2var_epi32(__m512i a, __m512i idx, __m512i b) {
+  auto x = lanes<uint32_t>(a), i32 = lanes<uint32_t>(idx), y = lanes<uint32_t>(b);
+  Lanes<uint32_t, 16> r;
+  for (int i = 0; i < 16; ++i) r.v[i] = (i32.v[i] & 16) ? y.v[i32.v[i] & 15] : x.v[i32.v[i] & 15];
+  return vec<__m512i>(r);
+}
+KVLM_EMU __m512i mm512_permutex2var_epi16(__m512i a, __m512i idx, __m512i b) {
+  auto x = lanes<uint16_t>(a), i16 = lanes<uint16_t>(idx), y = lanes<uint16_t>(b);
+  Lanes<uint16_t, 32> r;
+  for (int i = 0; i < 32; ++i) r.v[i] = (i16.v[i] & 32) ? y.v[i16.v[i] & 31] : x.v[i16.v[i] & 31];
+  return vec<__m512i>(r);
+}
+KVLM_EMU __m512i mm512_set1_epi32(int v) {
+  Lanes<int32_t, 16> l;
+  for (auto& x : l.v) x = v;
+  return vec<__m512i>(l);
+}
+KVLM_EMU void mm512_storeu_si512(void* p, __m512i x) { std::memcpy(p, &x, sizeof x); }
+
 #undef KVLM_EMU
 
 }  // namespace kvlm::avx512_emulation
@@ -185,6 +244,13 @@ KVLM_EMU __m256i mm256_dpbusd_epi32(__m256i src, __m256i a, __m256i b) { return 
 #undef _mm512_castsi512_ps
 #undef _mm512_dpbusd_epi32
 #undef _mm256_dpbusd_epi32
+#undef _mm512_dpbf16_ps
+#undef _mm512_cvtne2ps_pbh
+#undef _mm512_rol_epi32
+#undef _mm512_permutex2var_epi32
+#undef _mm512_permutex2var_epi16
+#undef _mm512_set1_epi32
+#undef _mm512_storeu_si512
 #define _mm512_setzero_si512 kvlm::avx512_emulation::mm512_setzero_si512
 #define _mm512_set1_epi8 kvlm::avx512_emulation::mm512_set1_epi8
 #define _mm512_set1_ps kvlm::avx512_emulation::mm512_set1_ps
@@ -212,3 +278,10 @@ KVLM_EMU __m256i mm256_dpbusd_epi32(__m256i src, __m256i a, __m256i b) { return 
 #define _mm512_castsi512_ps kvlm::avx512_emulation::mm512_castsi512_ps
 #define _mm512_dpbusd_epi32 kvlm::avx512_emulation::mm512_dpbusd_epi32
 #define _mm256_dpbusd_epi32 kvlm::avx512_emulation::mm256_dpbusd_epi32
+#define _mm512_dpbf16_ps kvlm::avx512_emulation::mm512_dpbf16_ps
+#define _mm512_cvtne2ps_pbh kvlm::avx512_emulation::mm512_cvtne2ps_pbh
+#define _mm512_rol_epi32 kvlm::avx512_emulation::mm512_rol_epi32
+#define _mm512_permutex2var_epi32 kvlm::avx512_emulation::mm512_permutex2var_epi32
+#define _mm512_permutex2var_epi16 kvlm::avx512_emulation::mm512_permutex2var_epi16
+#define _mm512_set1_epi32 kvlm::avx512_emulation::mm512_set1_epi32
+#define _mm512_storeu_si512 kvlm::avx512_emulation::mm512_storeu_si512
