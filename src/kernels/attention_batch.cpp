@@ -125,16 +125,22 @@ class Attender {
     std::vector<int> qb_row;     // per KV head, the row qb was rounded for (-1: none)
     std::vector<const uint8_t*> vrows;  // a piece's encoded value rows of one KV head (integer value sums)
     std::vector<const float*> vprm;     // and their parameters (int8: the scale; int4: the first group's)
+    Buffer<float> states;               // the many-rows path's two StateArrays
   };
-  Scratch scratch() const {
-    Scratch w;
-    w.s.resize(static_cast<size_t>(b_.n_kv_heads) * group_ * kSpan);  // a span's scores, every KV head's group
-    w.deq.resize(static_cast<size_t>(kDecodePiece) * hd_);  // cached_runs decodes this many rows at a time
-    w.qq.resize(b_.n_kv_heads);
-    w.qq_row.assign(b_.n_kv_heads, -1);
-    w.qb.resize(static_cast<size_t>(b_.n_kv_heads) * group_ * hd_);
+  // This thread's scratch, kept from call to call and grown to this batch's shapes (fresh buffers
+  // are zeroed: see the chunks' states in attention_batch).
+  Scratch& scratch() const {
+    thread_local Scratch w;
+    auto grow = [](auto& b, size_t n) {
+      if (b.size() < n) b.resize(n);
+    };
+    grow(w.s, static_cast<size_t>(b_.n_kv_heads) * group_ * kSpan);  // a span's scores, every KV head's group
+    grow(w.deq, static_cast<size_t>(kDecodePiece) * hd_);  // cached_runs decodes this many rows at a time
+    grow(w.qb, static_cast<size_t>(b_.n_kv_heads) * group_ * hd_);
+    grow(w.qq, static_cast<size_t>(b_.n_kv_heads));
+    grow(w.vrows, kPiece), grow(w.vprm, kPiece);
+    w.qq_row.assign(b_.n_kv_heads, -1);  // row indices are this batch's
     w.qb_row.assign(b_.n_kv_heads, -1);
-    w.vrows.resize(kPiece), w.vprm.resize(kPiece);
     return w;
   }
 
@@ -381,9 +387,9 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
   if (n_rows >= 2 * threads || total_chunks == n_rows) {
     const int hgroups = std::clamp((threads + n_rows - 1) / n_rows, 1, n_kv), hg = (n_kv + hgroups - 1) / hgroups;
     run(static_cast<size_t>(n_rows) * hgroups, [&](size_t begin, size_t end) {
-      Attender::Scratch w = at.scratch();
-      Buffer<float> buf(2 * hg * one.per());
-      const StateArray total{group, hd, buf.data()}, next{group, hd, buf.data() + hg * one.per()};
+      Attender::Scratch& w = at.scratch();
+      if (w.states.size() < 2 * hg * one.per()) w.states.resize(2 * hg * one.per());
+      const StateArray total{group, hd, w.states.data()}, next{group, hd, w.states.data() + hg * one.per()};
       for (size_t idx = begin; idx < end; ++idx) {
         // Causal rows grow in cost with position: pair the shortest with the longest so that the
         // pool's contiguous slices carry equal work (in order, one thread got 3/4 of a prefill).
@@ -407,10 +413,17 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
   // Heads are split too where the chunks alone leave threads idle.
   const int hsplit = std::min(n_kv, std::max(1, (2 * threads + total_chunks - 1) / total_chunks));
   const int hper = (n_kv + hsplit - 1) / hsplit;
-  Buffer<float> parts(static_cast<size_t>(total_chunks) * n_kv * one.per());
+  // The chunks' states, every one reset before it is folded: kept by the calling thread from step
+  // to step up to 16 MB. Allocated for each layer, they and the scratch were faulted in and zeroed
+  // every time: about a tenth of TinyLlama-shaped decode attention's time at 16K, in perf.
+  const size_t n_parts = static_cast<size_t>(total_chunks) * n_kv * one.per();
+  thread_local Buffer<float> kept;
+  Buffer<float> own;
+  Buffer<float>& parts = n_parts <= (size_t{4} << 20) ? kept : own;
+  if (parts.size() < n_parts) parts.resize(n_parts);
   auto states_of = [&](int chunk, int g0) { return StateArray{group, hd, parts.data() + (static_cast<size_t>(chunk) * n_kv + g0) * one.per()}; };
   run(static_cast<size_t>(total_chunks) * hsplit, [&](size_t begin, size_t end) {
-    Attender::Scratch w = at.scratch();
+    Attender::Scratch& w = at.scratch();
     for (size_t idx = begin; idx < end; ++idx) {
       const int chunk = static_cast<int>(idx / hsplit), g0 = static_cast<int>(idx % hsplit) * hper;
       const int g1 = std::min(n_kv, g0 + hper);

@@ -158,9 +158,9 @@ KVLM_BF16 void scores_avx512(const uint16_t* qb, int g, int hd, float scale, con
 // Value sums of H heads, hd / 16 vectors each, two keys at a time: a vector holds 16 elements of
 // keys j and j + 1 interleaved (key j's in the upper half of each dword, which the instruction
 // adds first), against each head's pair of weights broadcast.
-template <int C>
-KVLM_BF16 void values_avx512(float* acc, const float* p, size_t p_stride, const uint16_t* v, size_t stride, int n, int H) {
-  __m512 a[16 / C][C];
+template <int C, int H>
+KVLM_BF16 void values_avx512(float* acc, const float* p, size_t p_stride, const uint16_t* v, size_t stride, int n) {
+  __m512 a[H][C];
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < C; ++c) a[h][c] = _mm512_loadu_ps(acc + (h * C + c) * 16);
   // Word indices interleaving 32 elements of rows j + 1 (first operand) and j (second, +32):
@@ -171,7 +171,7 @@ KVLM_BF16 void values_avx512(float* acc, const float* p, size_t p_stride, const 
     hi16[2 * e] = static_cast<uint16_t>(16 + e), hi16[2 * e + 1] = static_cast<uint16_t>(48 + e);
   }
   const __m512i ilo = _mm512_loadu_si512(lo16), ihi = _mm512_loadu_si512(hi16);
-  alignas(64) uint32_t w[16 / C][16];  // [head][pair]: bf16(p_j) << 16 | bf16(p_j+1)
+  alignas(64) uint32_t w[H][16];  // [head][pair]: bf16(p_j) << 16 | bf16(p_j+1)
   for (int j0 = 0; j0 < n; j0 += 32) {
     const int m = std::min(32, n - j0);
     for (int h = 0; h < H; ++h) {
@@ -230,20 +230,23 @@ void attn_accumulate_bf16(AttnState& st, const float* p, size_t p_stride, const 
 #if KVLM_X86
   if (bf16_products(*v.codec, 4)) {
     const int C = st.hd / 16, H = std::max(1, 16 / C);  // 16 accumulators (hd 256: one head of 16)
-    for (int i = 0; i < st.g; i += H) {
-      const int h = std::min(H, st.g - i);
+    const uint16_t* rows = head_rows(v);
+    const size_t stride = row_stride(v);
+    for (int i = 0; i < st.g;) {
       float* acc = st.acc + static_cast<size_t>(i) * st.hd;
       const float* pi = p + i * p_stride;
+      const bool tile = i + H <= st.g;  // H heads at once, the rest one by one
       switch (C) {
-        case 2: values_avx512<2>(acc, pi, p_stride, head_rows(v), row_stride(v), n, h); break;
-        case 4: values_avx512<4>(acc, pi, p_stride, head_rows(v), row_stride(v), n, h); break;
-        case 6: values_avx512<6>(acc, pi, p_stride, head_rows(v), row_stride(v), n, h); break;
-        case 8: values_avx512<8>(acc, pi, p_stride, head_rows(v), row_stride(v), n, h); break;
-        case 10: values_avx512<10>(acc, pi, p_stride, head_rows(v), row_stride(v), n, h); break;
-        case 12: values_avx512<12>(acc, pi, p_stride, head_rows(v), row_stride(v), n, h); break;
-        case 14: values_avx512<14>(acc, pi, p_stride, head_rows(v), row_stride(v), n, h); break;
-        default: values_avx512<16>(acc, pi, p_stride, head_rows(v), row_stride(v), n, h); break;
+        case 2: tile ? values_avx512<2, 8>(acc, pi, p_stride, rows, stride, n) : values_avx512<2, 1>(acc, pi, p_stride, rows, stride, n); break;
+        case 4: tile ? values_avx512<4, 4>(acc, pi, p_stride, rows, stride, n) : values_avx512<4, 1>(acc, pi, p_stride, rows, stride, n); break;
+        case 6: tile ? values_avx512<6, 2>(acc, pi, p_stride, rows, stride, n) : values_avx512<6, 1>(acc, pi, p_stride, rows, stride, n); break;
+        case 8: tile ? values_avx512<8, 2>(acc, pi, p_stride, rows, stride, n) : values_avx512<8, 1>(acc, pi, p_stride, rows, stride, n); break;
+        case 10: values_avx512<10, 1>(acc, pi, p_stride, rows, stride, n); break;
+        case 12: values_avx512<12, 1>(acc, pi, p_stride, rows, stride, n); break;
+        case 14: values_avx512<14, 1>(acc, pi, p_stride, rows, stride, n); break;
+        default: values_avx512<16, 1>(acc, pi, p_stride, rows, stride, n); break;
       }
+      i += tile ? H : 1;
     }
     return;
   }
