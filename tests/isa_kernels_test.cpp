@@ -193,6 +193,21 @@ TEST(IsaKernels, IntegerScoresMatchScalarTwinBitForBitAndTheDecodedKeys) {
 // |error| <= ws / 2 * sum_j |c_j| per element (plus float rounding), ws the largest weight (times
 // the row's scale) over 127. int8: v = s * c, one scale a head; int4: v = s * nibble + z per group
 // of 32 elements, the zero points' share exact in f32.
+// A value-sum twin test's inputs: softmax-like weights of g heads (some zero, rows ps apart) and
+// random accumulators, with two states over copies of them (s1 for the kernel, s2 for its twin).
+struct ValueSumCase {
+  std::vector<float> p, m, l, acc0, acc1, acc2;
+  AttnState s1, s2;
+  ValueSumCase(std::mt19937& rng, int g, int hd, size_t ps) : p(g * ps), m(g), l(g), acc0(static_cast<size_t>(g) * hd) {
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    for (auto& x : p) x = unit(rng) < 0.1f ? 0.0f : std::exp(-8.0f * unit(rng));
+    for (auto& x : acc0) x = unit(rng) - 0.5f;
+    acc1 = acc2 = acc0;
+    s1 = {g, hd, m.data(), l.data(), acc1.data()};
+    s2 = {g, hd, m.data(), l.data(), acc2.data()};
+  }
+};
+
 TEST(IsaKernels, IntegerValueSumsMatchScalarTwinBitForBitAndTheExactSums) {
   auto check = [](bool simd) {
     std::mt19937 rng(7);
@@ -215,13 +230,9 @@ TEST(IsaKernels, IntegerValueSumsMatchScalarTwinBitForBitAndTheExactSums) {
             for (int j = 0; j < n; ++j)
               rows[j] = bytes.data() + 31 + static_cast<size_t>(j) * row_bytes, prm[j] = params.data() + 1 + static_cast<size_t>(j) * n_prm;
             const size_t ps = n + 3;
-            std::vector<float> p(g * ps);
-            for (auto& x : p) x = unit(rng) < 0.1f ? 0.0f : std::exp(-8.0f * unit(rng));  // softmax-like, some zero
-            std::vector<float> m(g), l(g), acc1(static_cast<size_t>(g) * hd), acc2;
-            for (auto& x : acc1) x = unit(rng) - 0.5f;
-            acc2 = acc1;
-            const std::vector<float> acc0 = acc1;
-            AttnState s1{g, hd, m.data(), l.data(), acc1.data()}, s2{g, hd, m.data(), l.data(), acc2.data()};
+            ValueSumCase vc(rng, g, hd, ps);
+            const std::vector<float>&p = vc.p, &acc0 = vc.acc0, &acc1 = vc.acc1, &acc2 = vc.acc2;
+            AttnState &s1 = vc.s1, &s2 = vc.s2;
             if (simd) attn_accumulate_quantized(t, s1, p.data(), ps, rows.data(), prm.data(), n);
             else scalar::attn_accumulate_quantized(t, s1, p.data(), ps, rows.data(), prm.data(), n);
             scalar::attn_accumulate_quantized(t, s2, p.data(), ps, rows.data(), prm.data(), n);
@@ -258,7 +269,6 @@ TEST(IsaKernels, Bf16ProductsMatchScalarTwinBitForBitAndTheDecodedRows) {
   int ran = 0;  // calls where the AVX-512 BF16 kernels ran
   auto check = [&](bool simd) {
     std::mt19937 rng(11);
-    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
     for (int hd : {32, 64, 96, 128, 256})
       for (int g : {4, 5, 8, 13, 16})
         for (int n : {1, 15, 16, 17, 37}) {
@@ -285,13 +295,9 @@ TEST(IsaKernels, Bf16ProductsMatchScalarTwinBitForBitAndTheDecodedRows) {
               ASSERT_LE(std::fabs(got[i * ss + j] - 0.3 * exact), 0.3 * mag * (std::ldexp(1.0, -8) + 1e-6))
                   << "hd " << hd << " g " << g << " head " << i << " key " << j;
             }
-          std::vector<float> p(g * ss);
-          for (auto& x : p) x = unit(rng) < 0.1f ? 0.0f : std::exp(-8.0f * unit(rng));  // softmax-like, some zero
-          std::vector<float> m(g), l(g), acc1(static_cast<size_t>(g) * hd), acc2;
-          for (auto& x : acc1) x = unit(rng) - 0.5f;
-          acc2 = acc1;
-          const std::vector<float> acc0 = acc1;
-          AttnState s1{g, hd, m.data(), l.data(), acc1.data()}, s2{g, hd, m.data(), l.data(), acc2.data()};
+          ValueSumCase vc(rng, g, hd, ss);
+          const std::vector<float>&p = vc.p, &acc0 = vc.acc0, &acc1 = vc.acc1, &acc2 = vc.acc2;
+          AttnState &s1 = vc.s1, &s2 = vc.s2;
           if (simd) attn_accumulate_bf16(s1, p.data(), ss, kv.head(h), n);
           else scalar::attn_accumulate_bf16(s1, p.data(), ss, kv.head(h), n);
           scalar::attn_accumulate_bf16(s2, p.data(), ss, kv.head(h), n);
