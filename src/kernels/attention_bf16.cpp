@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/cpu.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "kernels/kv_quant.h"
 #include "kernels/prefetch.h"
@@ -145,13 +146,16 @@ KVLM_BF16 void scores_avx512(const uint16_t* qb, int g, int hd, float scale, con
     for (int c = 0; c < hd / 2; c += 16) {  // 32 elements (16 pairs) of the 16 keys at a time
       __m512i r[16];
       for (int x = 0; x < 16; ++x) prefetch_bytes(k + (j + kAhead + x) * stride + 2 * c, 64);
-      for (int x = 0; x < 16; ++x) r[x] = x < m ? _mm512_loadu_si512(k + (j + x) * stride + 2 * c) : _mm512_setzero_si512();
+      for (int x = 0; x < 16; ++x)
+        r[x] = x < m ? _mm512_loadu_si512(k + (j + x) * stride + 2 * c) : _mm512_setzero_si512();
       transpose_stage<8>(r), transpose_stage<4>(r), transpose_stage<2>(r), transpose_stage<1>(r);
       for (int x = 0; x < 16; ++x) _mm512_storeu_si512(t[c + x], r[x]);
     }
     int i = 0;
-    for (; i + 8 <= g; i += 8) heads_of_block<8>(t, qb + static_cast<size_t>(i) * hd, hd, sc, s + i * s_stride + j, s_stride, m);
-    for (; i < g; ++i) heads_of_block<1>(t, qb + static_cast<size_t>(i) * hd, hd, sc, s + i * s_stride + j, s_stride, m);
+    for (; i + 8 <= g; i += 8)
+      heads_of_block<8>(t, qb + static_cast<size_t>(i) * hd, hd, sc, s + i * s_stride + j, s_stride, m);
+    for (; i < g; ++i)
+      heads_of_block<1>(t, qb + static_cast<size_t>(i) * hd, hd, sc, s + i * s_stride + j, s_stride, m);
   }
 }
 
@@ -201,6 +205,14 @@ KVLM_BF16 void values_avx512(float* acc, const float* p, size_t p_stride, const 
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc + (h * C + c) * 16, a[h][c]);
 }
 
+using ValuesFn = void (*)(float*, const float*, size_t, const uint16_t*, size_t, int);
+// [C / 2 - 1]: C = hd / 16 vectors a head; a tile of 16 / C heads (at least one), and one head.
+constexpr ValuesFn kValueTiles[8][2] = {
+    {values_avx512<2, 8>, values_avx512<2, 1>},   {values_avx512<4, 4>, values_avx512<4, 1>},
+    {values_avx512<6, 2>, values_avx512<6, 1>},   {values_avx512<8, 2>, values_avx512<8, 1>},
+    {values_avx512<10, 1>, values_avx512<10, 1>}, {values_avx512<12, 1>, values_avx512<12, 1>},
+    {values_avx512<14, 1>, values_avx512<14, 1>}, {values_avx512<16, 1>, values_avx512<16, 1>}};
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -220,6 +232,7 @@ bool bf16_products(const KvRowCodec& c, int group) {
 
 void attn_scores_bf16(const uint16_t* qb, int g, int hd, float scale, const EncodedRows& k, int n, float* s,
                       size_t s_stride) {
+  KVLM_CHECK(k.codec->dtype == DType::BF16 && k.codec->head_dim == hd, "bf16 scores of other rows");
 #if KVLM_X86
   if (bf16_products(*k.codec, 4)) return scores_avx512(qb, g, hd, scale, head_rows(k), row_stride(k), n, s, s_stride);
 #endif
@@ -227,25 +240,14 @@ void attn_scores_bf16(const uint16_t* qb, int g, int hd, float scale, const Enco
 }
 
 void attn_accumulate_bf16(AttnState& st, const float* p, size_t p_stride, const EncodedRows& v, int n) {
+  KVLM_CHECK(v.codec->dtype == DType::BF16 && v.codec->head_dim == st.hd, "bf16 value sums of other rows");
 #if KVLM_X86
   if (bf16_products(*v.codec, 4)) {
     const int C = st.hd / 16, H = std::max(1, 16 / C);  // 16 accumulators (hd 256: one head of 16)
-    const uint16_t* rows = head_rows(v);
-    const size_t stride = row_stride(v);
     for (int i = 0; i < st.g;) {
-      float* acc = st.acc + static_cast<size_t>(i) * st.hd;
-      const float* pi = p + i * p_stride;
       const bool tile = i + H <= st.g;  // H heads at once, the rest one by one
-      switch (C) {
-        case 2: tile ? values_avx512<2, 8>(acc, pi, p_stride, rows, stride, n) : values_avx512<2, 1>(acc, pi, p_stride, rows, stride, n); break;
-        case 4: tile ? values_avx512<4, 4>(acc, pi, p_stride, rows, stride, n) : values_avx512<4, 1>(acc, pi, p_stride, rows, stride, n); break;
-        case 6: tile ? values_avx512<6, 2>(acc, pi, p_stride, rows, stride, n) : values_avx512<6, 1>(acc, pi, p_stride, rows, stride, n); break;
-        case 8: tile ? values_avx512<8, 2>(acc, pi, p_stride, rows, stride, n) : values_avx512<8, 1>(acc, pi, p_stride, rows, stride, n); break;
-        case 10: values_avx512<10, 1>(acc, pi, p_stride, rows, stride, n); break;
-        case 12: values_avx512<12, 1>(acc, pi, p_stride, rows, stride, n); break;
-        case 14: values_avx512<14, 1>(acc, pi, p_stride, rows, stride, n); break;
-        default: values_avx512<16, 1>(acc, pi, p_stride, rows, stride, n); break;
-      }
+      kValueTiles[C / 2 - 1][tile ? 0 : 1](st.acc + static_cast<size_t>(i) * st.hd, p + i * p_stride, p_stride,
+                                           head_rows(v), row_stride(v), n);
       i += tile ? H : 1;
     }
     return;
