@@ -73,6 +73,12 @@ void AttentionBatch::add_seq(int context_len, int n_rows) {
 
 namespace {
 
+// Grows b to at least n elements, keeping what it has (scratch kept from call to call).
+template <class B>
+void grow(B& b, size_t n) {
+  if (b.size() < n) b.resize(n);
+}
+
 constexpr int kSpan = 128;            // keys per online-softmax update
 constexpr int kChunk = 2 * kSpan;     // positions whose spans fold into one state before merging
 constexpr int kPiece = 32;            // positions read for every head in turn (a value block)
@@ -131,9 +137,6 @@ class Attender {
   // are zeroed: see the chunks' states in attention_batch).
   Scratch& scratch() const {
     thread_local Scratch w;
-    auto grow = [](auto& b, size_t n) {
-      if (b.size() < n) b.resize(n);
-    };
     grow(w.s, static_cast<size_t>(b_.n_kv_heads) * group_ * kSpan);  // a span's scores, every KV head's group
     grow(w.deq, static_cast<size_t>(kDecodePiece) * hd_);  // cached_runs decodes this many rows at a time
     grow(w.qb, static_cast<size_t>(b_.n_kv_heads) * group_ * hd_);
@@ -388,7 +391,7 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
     const int hgroups = std::clamp((threads + n_rows - 1) / n_rows, 1, n_kv), hg = (n_kv + hgroups - 1) / hgroups;
     run(static_cast<size_t>(n_rows) * hgroups, [&](size_t begin, size_t end) {
       Attender::Scratch& w = at.scratch();
-      if (w.states.size() < 2 * hg * one.per()) w.states.resize(2 * hg * one.per());
+      grow(w.states, 2 * hg * one.per());
       const StateArray total{group, hd, w.states.data()}, next{group, hd, w.states.data() + hg * one.per()};
       for (size_t idx = begin; idx < end; ++idx) {
         // Causal rows grow in cost with position: pair the shortest with the longest so that the
@@ -420,7 +423,7 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
   thread_local Buffer<float> kept;
   Buffer<float> own;
   Buffer<float>& parts = n_parts <= (size_t{4} << 20) ? kept : own;
-  if (parts.size() < n_parts) parts.resize(n_parts);
+  grow(parts, n_parts);
   auto states_of = [&](int chunk, int g0) { return StateArray{group, hd, parts.data() + (static_cast<size_t>(chunk) * n_kv + g0) * one.per()}; };
   run(static_cast<size_t>(total_chunks) * hsplit, [&](size_t begin, size_t end) {
     Attender::Scratch& w = at.scratch();

@@ -220,21 +220,27 @@ constexpr ValuesFn kValueTiles[8][2] = {
 }  // namespace
 #endif
 
-bool bf16_products(const KvRowCodec& c, int group) {
+namespace {
+// Whether the SIMD kernels can read these rows on this thread: bf16, head sizes of 32s up to 256,
+// the avx512 row on a CPU with avx512_bf16.
+bool simd_reads(const KvRowCodec& c) {
 #if KVLM_X86
-  return c.dtype == DType::BF16 && c.head_dim % 32 == 0 && c.head_dim <= 256 && group >= 4 &&
-         isa_at_least(Isa::Avx512) && cpu_features().avx512_bf16;
+  return c.dtype == DType::BF16 && c.head_dim % 32 == 0 && c.head_dim <= 256 && isa_at_least(Isa::Avx512) &&
+         cpu_features().avx512_bf16;
 #else
-  (void)c, (void)group;
+  (void)c;
   return false;
 #endif
 }
+}  // namespace
+
+bool bf16_products(const KvRowCodec& c, int group) { return group >= 4 && simd_reads(c); }
 
 void attn_scores_bf16(const uint16_t* qb, int g, int hd, float scale, const EncodedRows& k, int n, float* s,
                       size_t s_stride) {
   KVLM_CHECK(k.codec->dtype == DType::BF16 && k.codec->head_dim == hd, "bf16 scores of other rows");
 #if KVLM_X86
-  if (bf16_products(*k.codec, 4)) return scores_avx512(qb, g, hd, scale, head_rows(k), row_stride(k), n, s, s_stride);
+  if (simd_reads(*k.codec)) return scores_avx512(qb, g, hd, scale, head_rows(k), row_stride(k), n, s, s_stride);
 #endif
   scalar::attn_scores_bf16(qb, g, hd, scale, k, n, s, s_stride);
 }
@@ -242,7 +248,7 @@ void attn_scores_bf16(const uint16_t* qb, int g, int hd, float scale, const Enco
 void attn_accumulate_bf16(AttnState& st, const float* p, size_t p_stride, const EncodedRows& v, int n) {
   KVLM_CHECK(v.codec->dtype == DType::BF16 && v.codec->head_dim == st.hd, "bf16 value sums of other rows");
 #if KVLM_X86
-  if (bf16_products(*v.codec, 4)) {
+  if (simd_reads(*v.codec)) {
     const int C = st.hd / 16, H = std::max(1, 16 / C);  // 16 accumulators (hd 256: one head of 16)
     for (int i = 0; i < st.g;) {
       const bool tile = i + H <= st.g;  // H heads at once, the rest one by one

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/half.h"
+
 namespace kvlm::avx512_emulation {
 
 #define KVLM_EMU inline __attribute__((target("avx2,fma,f16c")))
@@ -157,12 +159,7 @@ KVLM_EMU __m256i mm256_dpbusd_epi32(__m256i src, __m256i a, __m256i b) { return 
 // first, each step one fused multiply-add with denormal inputs read as zero and a denormal result
 // flushed to zero (checked against the instruction on a Zen 4).
 KVLM_EMU float flush_denormal(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
-KVLM_EMU float bf16_lane(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return flush_denormal(f);
-}
+KVLM_EMU float bf16_lane(uint16_t h) { return flush_denormal(bf16_to_f32(h)); }
 KVLM_EMU __m512 mm512_dpbf16_ps(__m512 src, __m512bh a, __m512bh b) {
   auto s = lanes<float>(src);
   auto x = lanes<uint16_t>(a), y = lanes<uint16_t>(b);
@@ -174,13 +171,7 @@ KVLM_EMU __m512 mm512_dpbf16_ps(__m512 src, __m512bh a, __m512bh b) {
   return vec<__m512>(s);
 }
 // vcvtne2ps2bf16: words 0-15 from b, 16-31 from a; nearest even, denormals to zero, NaN quieted.
-KVLM_EMU uint16_t bf16_of(float f) {
-  f = flush_denormal(f);
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
+KVLM_EMU uint16_t bf16_of(float f) { return f32_to_bf16(flush_denormal(f)); }
 KVLM_EMU __m512bh mm512_cvtne2ps_pbh(__m512 a, __m512 b) {
   auto x = lanes<float>(a), y = lanes<float>(b);
   Lanes<uint16_t, 32> r;
