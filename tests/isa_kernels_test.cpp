@@ -161,7 +161,7 @@ TEST(IsaKernels, IntegerScoresMatchScalarTwinBitForBitAndTheDecodedKeys) {
     for (DType t : {DType::Int8, DType::Int4})
       for (int hd : {32, 64, 96, 128, 256})
         for (int g : {4, 7, 8, 12})
-          for (int n : {1, 9, 40})
+          for (int n : {1, 9, 16, 25, 40})
             for (int off : {0, 5}) {
               const int kvh = 2, h = 1;
               EncodedKv kv(t, kvh * hd, hd, n, off, hd + g + n);

@@ -180,11 +180,20 @@ KVLM_PRAGMA(clang attribute push(__attribute__((target(KVLM_AVX512_TARGET))), ap
 #pragma GCC push_options
 KVLM_PRAGMA(GCC target(KVLM_AVX512_TARGET))
 #endif
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through their masked builtins, which
+// -Wmaybe-uninitialized reports once inlined; nothing is read uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 namespace avx512 {
 #define KVLM_ATTN_VNNI 1
 #include "kernels/attention_int_simd.inc"
 #undef KVLM_ATTN_VNNI
 }  // namespace avx512
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #if defined(__clang__)
 #pragma clang attribute pop
 #else

@@ -72,11 +72,21 @@ KVLM_EMU __m512 mm512_loadu_ps(const float* p) {
 }
 KVLM_EMU void mm512_storeu_ps(void* p, __m512 x) { std::memcpy(p, &x, sizeof x); }
 
-KVLM_EMU __m512i mm512_and_si512(__m512i a, __m512i b) { return zip<uint64_t>(a, b, [](uint64_t x, uint64_t y) { return x & y; }); }
-KVLM_EMU __m512i mm512_or_si512(__m512i a, __m512i b) { return zip<uint64_t>(a, b, [](uint64_t x, uint64_t y) { return x | y; }); }
-KVLM_EMU __m512i mm512_sub_epi32(__m512i a, __m512i b) { return zip<uint32_t>(a, b, [](uint32_t x, uint32_t y) { return x - y; }); }
-KVLM_EMU __m512i mm512_mullo_epi32(__m512i a, __m512i b) { return zip<uint32_t>(a, b, [](uint32_t x, uint32_t y) { return x * y; }); }
-KVLM_EMU __m512 mm512_mul_ps(__m512 a, __m512 b) { return zip<float>(a, b, [](float x, float y) { return x * y; }); }
+KVLM_EMU __m512i mm512_and_si512(__m512i a, __m512i b) {
+  return zip<uint64_t>(a, b, [](uint64_t x, uint64_t y) { return x & y; });
+}
+KVLM_EMU __m512i mm512_or_si512(__m512i a, __m512i b) {
+  return zip<uint64_t>(a, b, [](uint64_t x, uint64_t y) { return x | y; });
+}
+KVLM_EMU __m512i mm512_sub_epi32(__m512i a, __m512i b) {
+  return zip<uint32_t>(a, b, [](uint32_t x, uint32_t y) { return x - y; });
+}
+KVLM_EMU __m512i mm512_mullo_epi32(__m512i a, __m512i b) {
+  return zip<uint32_t>(a, b, [](uint32_t x, uint32_t y) { return x * y; });
+}
+KVLM_EMU __m512 mm512_mul_ps(__m512 a, __m512 b) {
+  return zip<float>(a, b, [](float x, float y) { return x * y; });
+}
 KVLM_EMU __m512 mm512_fmadd_ps(__m512 a, __m512 b, __m512 c) {
   auto x = lanes<float>(a), y = lanes<float>(b), z = lanes<float>(c);
   for (int i = 0; i < 16; ++i) z.v[i] = std::fma(x.v[i], y.v[i], z.v[i]);  // one rounding, as vfmadd
@@ -202,6 +212,23 @@ KVLM_EMU __m512i mm512_set1_epi32(int v) {
   return vec<__m512i>(l);
 }
 KVLM_EMU void mm512_storeu_si512(void* p, __m512i x) { std::memcpy(p, &x, sizeof x); }
+KVLM_EMU __m512 mm512_setzero_ps() { return vec<__m512>(Lanes<float, 16>{}); }
+KVLM_EMU __m512 mm512_add_ps(__m512 a, __m512 b) {
+  return zip<float>(a, b, [](float x, float y) { return x + y; });
+}
+KVLM_EMU __m512i mm512_zextsi128_si512(__m128i a) {
+  auto x = lanes<uint32_t>(a);
+  Lanes<uint32_t, 16> r{};
+  for (int i = 0; i < 4; ++i) r.v[i] = x.v[i];
+  return vec<__m512i>(r);
+}
+// vinserti32x4: block `imm` (of four 128-bit blocks) replaced by b.
+KVLM_EMU __m512i mm512_inserti32x4(__m512i a, __m128i b, int imm) {
+  auto r = lanes<uint32_t>(a);
+  auto x = lanes<uint32_t>(b);
+  for (int i = 0; i < 4; ++i) r.v[4 * (imm & 3) + i] = x.v[i];
+  return vec<__m512i>(r);
+}
 
 #undef KVLM_EMU
 
@@ -242,6 +269,10 @@ KVLM_EMU void mm512_storeu_si512(void* p, __m512i x) { std::memcpy(p, &x, sizeof
 #undef _mm512_permutex2var_epi16
 #undef _mm512_set1_epi32
 #undef _mm512_storeu_si512
+#undef _mm512_setzero_ps
+#undef _mm512_add_ps
+#undef _mm512_zextsi128_si512
+#undef _mm512_inserti32x4
 #define _mm512_setzero_si512 kvlm::avx512_emulation::mm512_setzero_si512
 #define _mm512_set1_epi8 kvlm::avx512_emulation::mm512_set1_epi8
 #define _mm512_set1_ps kvlm::avx512_emulation::mm512_set1_ps
@@ -276,3 +307,7 @@ KVLM_EMU void mm512_storeu_si512(void* p, __m512i x) { std::memcpy(p, &x, sizeof
 #define _mm512_permutex2var_epi16 kvlm::avx512_emulation::mm512_permutex2var_epi16
 #define _mm512_set1_epi32 kvlm::avx512_emulation::mm512_set1_epi32
 #define _mm512_storeu_si512 kvlm::avx512_emulation::mm512_storeu_si512
+#define _mm512_setzero_ps kvlm::avx512_emulation::mm512_setzero_ps
+#define _mm512_add_ps kvlm::avx512_emulation::mm512_add_ps
+#define _mm512_zextsi128_si512 kvlm::avx512_emulation::mm512_zextsi128_si512
+#define _mm512_inserti32x4 kvlm::avx512_emulation::mm512_inserti32x4
