@@ -11,7 +11,11 @@ quantizes) with the Llama-2 / GPT-2 vocabulary from ../shared, then measures, wi
   prefill of 512 tokens (tokens/s), decode of 128 tokens from an empty context and at depth 1024.
 llama.cpp runs through llama-cpp-python's low-level API: one llama_decode per step, no sampling.
 The wrapper's own cost per call (building the ctypes batch, crossing into C) is measured by
-timing that Python-side work alone, without the decode, and reported.
+timing that Python-side work alone, without the decode, and reported. With --rounds N both engines
+are measured N times per file, which goes first alternating, and each round's ratio is printed
+beside the medians: on a VM whose bandwidth drifts, one engine's slow spell shows as a spread.
+kvlm's KV is f32 by default (--kv-dtype); llama.cpp's default KV is f16, so bf16 reads the same
+bytes.
 """
 import argparse
 import ctypes
@@ -218,6 +222,8 @@ def main():
     ap.add_argument("--shape", default="tinyllama", help="tinyllama, gpt2 or both (comma-separated)")
     ap.add_argument("--types", default="q8_0,q4_0")
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1, help="measure both engines this many times per file, alternating"
+                                                         " which goes first")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--decode-tokens", type=int, default=128)
@@ -243,32 +249,46 @@ def main():
             if not os.path.exists(path):
                 print(f"writing {path}", file=sys.stderr, flush=True)
                 write_gguf(path, shape, qt, args.shared)
-            print(f"{shape} {qt}: llama.cpp", file=sys.stderr, flush=True)
-            lc = llamacpp_times(path, args.threads, args.runs, prompt, args.decode_tokens, depth)
-            print(f"{shape} {qt}: kvlm", file=sys.stderr, flush=True)
-            kv = kvlm_times(path, args.threads, args.runs, prompt, args.decode_tokens, depth, args.kvlm, args.kv_dtype)
-            rows.append((shape, qt, depth, lc, kv, os.path.getsize(path)))
+            # Rounds alternate which engine goes first, so a slow spell of the VM (its bandwidth moved
+            # by a third within minutes) falls on both sides across rounds rather than on one.
+            lcs, kvs = [], []
+            for r in range(args.rounds):
+                for engine in (("llama.cpp", "kvlm") if r % 2 == 0 else ("kvlm", "llama.cpp")):
+                    print(f"{shape} {qt}: {engine} (round {r + 1} of {args.rounds})", file=sys.stderr, flush=True)
+                    if engine == "kvlm":
+                        kvs.append(kvlm_times(path, args.threads, args.runs, prompt, args.decode_tokens, depth, args.kvlm,
+                                              args.kv_dtype))
+                    else:
+                        lcs.append(llamacpp_times(path, args.threads, args.runs, prompt, args.decode_tokens, depth))
+            rows.append((shape, qt, depth, lcs, kvs, os.path.getsize(path)))
     import llama_cpp
-    print(f"\nllama-cpp-python {llama_cpp.__version__}, {args.threads} threads, {args.runs} runs, "
+    print(f"\nllama-cpp-python {llama_cpp.__version__}, {args.threads} threads, {args.rounds} rounds of {args.runs} runs, "
           f"prefill {args.prompt_tokens} tokens, decode {args.decode_tokens} tokens; KV: llama.cpp f16 (its default), "
           f"kvlm {args.kv_dtype}")
     print(f"command: {' '.join(sys.argv)}")
     cpu = [l for l in open("/proc/cpuinfo") if l.startswith("flags")][0].split()
     print("CPU SIMD flags:", " ".join(sorted(f for f in cpu if f.startswith(("avx", "fma", "f16c")))))
     print("kvlm kernels:", os.environ.get("KVLM_ISA", "the best the CPU has (core/cpu.h)"), "\n")
-    print("| shape | type | file MB | test | llama.cpp tok/s | kvlm tok/s | kvlm / llama.cpp |")
-    print("|---|---|---|---|---|---|---|")
-    for shape, qt, depth, lc, kv, size in rows:
+    print(f"rounds: {args.rounds} per file, each engine's tok/s the median over them (and over {args.runs} runs in each); "
+          "the last column is each round's own ratio")
+    print("| shape | type | file MB | test | llama.cpp tok/s | kvlm tok/s | kvlm / llama.cpp | rounds' ratios |")
+    print("|---|---|---|---|---|---|---|---|")
+    for shape, qt, depth, lcs, kvs, size in rows:
         for key, label in (("prefill_tps", f"prefill {args.prompt_tokens}"), ("decode_empty_tps", "decode, empty context"),
                            ("decode_depth_tps", f"decode at depth {depth}")):
-            l = statistics.median(lc[key])
-            print(f"| {shape} | {qt} | {size / 1e6:.0f} | {label} | {l:.2f} | {kv[key]:.2f} | {kv[key] / l:.2f}x |")
+            per_l = [statistics.median(lc[key]) for lc in lcs]
+            per_k = [kv[key] for kv in kvs]
+            l, k = statistics.median(per_l), statistics.median(per_k)
+            ratios = [b / a for a, b in zip(per_l, per_k)]
+            spread = f"{min(ratios):.2f}-{max(ratios):.2f}x" if len(ratios) > 1 else f"{ratios[0]:.2f}x"
+            print(f"| {shape} | {qt} | {size / 1e6:.0f} | {label} | {l:.2f} | {k:.2f} | {k / l:.2f}x | {spread} |")
     print()
-    for shape, qt, depth, lc, kv, size in rows:
-        r = kv["decode_roofline"]
-        print(f"{shape} {qt}: llama.cpp wrapper overhead {statistics.median(lc['wrapper_ms_per_call']):.3f} ms per "
-              f"llama_decode call; kvlm decode {r.get('gbps', 0):.1f} GB/s = {100 * r.get('fraction_of_triad', 0):.0f}% "
-              f"of the {kv['triad_gbps'] or 0:.1f} GB/s triad")
+    for shape, qt, depth, lcs, kvs, size in rows:
+        r = kvs[-1]["decode_roofline"]
+        wrapper = statistics.median(lc["wrapper_ms_per_call"][0] for lc in lcs)
+        print(f"{shape} {qt}: llama.cpp wrapper overhead {wrapper:.3f} ms per llama_decode call; kvlm decode (last round) "
+              f"{r.get('gbps', 0):.1f} GB/s = {100 * r.get('fraction_of_triad', 0):.0f}% of the "
+              f"{kvs[-1]['triad_gbps'] or 0:.1f} GB/s triad")
 
 
 if __name__ == "__main__":
