@@ -445,28 +445,29 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
   // of items gave one thread three whole chunks and the other one and the single newest position
   // at 1,024 positions (chunks start at fixed positions), and 9 against 7 at 4,096.
   const size_t items = static_cast<size_t>(total_chunks) * hsplit;
+  auto heads_of = [&](size_t idx) {  // item idx's KV heads [g0, g1) (empty past n_kv)
+    const int g0 = static_cast<int>(idx % hsplit) * hper;
+    return std::pair{g0, std::min(n_kv, g0 + hper)};
+  };
   std::vector<size_t> cum(items + 1, 0);  // positions times heads of the items before
-  for (int t = 0, chunk = 0; t < n_rows; ++t)
-    for (int c = 0; c < at.chunks(t); ++c, ++chunk) {
-      const size_t positions = at.chunk_positions(t, c);
-      for (int x = 0; x < hsplit; ++x) {
-        const size_t idx = static_cast<size_t>(chunk) * hsplit + x;
-        cum[idx + 1] =
-            cum[idx] + positions * static_cast<size_t>(std::max(0, std::min(n_kv, (x + 1) * hper) - x * hper));
+  for (int t = 0; t < n_rows; ++t)
+    for (int chunk = chunk0[t]; chunk < chunk0[t + 1]; ++chunk)
+      for (size_t idx = static_cast<size_t>(chunk) * hsplit; idx < static_cast<size_t>(chunk + 1) * hsplit; ++idx) {
+        const auto [g0, g1] = heads_of(idx);
+        cum[idx + 1] = cum[idx] + static_cast<size_t>(at.chunk_positions(t, chunk - chunk0[t])) *
+                                      static_cast<size_t>(std::max(0, g1 - g0));
       }
-    }
-  auto boundary = [&](int part) {  // the item boundary nearest part/threads of the work
-    if (part == threads) return items;
+  auto boundary = [&](size_t part) {  // the item boundary nearest part/threads of the work
+    if (part == static_cast<size_t>(threads)) return items;
     const size_t target = cum[items] * part / threads;
     const size_t i = std::lower_bound(cum.begin(), cum.end(), target) - cum.begin();
     return i > 0 && target - cum[i - 1] < cum[i] - target ? i - 1 : i;
   };
-  run(threads == 1 ? items : threads, [&](size_t begin, size_t end) {
+  run(threads, [&](size_t part_begin, size_t part_end) {  // one part of the work per thread
     Attender::Scratch& w = at.scratch();
-    if (threads > 1) begin = boundary(static_cast<int>(begin)), end = boundary(static_cast<int>(end));
-    for (size_t idx = begin; idx < end; ++idx) {
-      const int chunk = static_cast<int>(idx / hsplit), g0 = static_cast<int>(idx % hsplit) * hper;
-      const int g1 = std::min(n_kv, g0 + hper);
+    for (size_t idx = boundary(part_begin), end = boundary(part_end); idx < end; ++idx) {
+      const int chunk = static_cast<int>(idx / hsplit);
+      const auto [g0, g1] = heads_of(idx);
       if (g0 >= g1) continue;
       const int t = static_cast<int>(std::upper_bound(chunk0.begin(), chunk0.end(), chunk) - chunk0.begin()) - 1;
       at.fold_chunk(w, t, chunk - chunk0[t], g0, g1, states_of(chunk, g0));
