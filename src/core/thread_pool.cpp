@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -31,6 +32,7 @@ constexpr int kSpinIterations = 20000;  // roughly 50-100 microseconds of pause 
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   if (n_threads_ > kMaxThreads) fail("thread count ", n_threads_, " is above the limit of ", kMaxThreads);
+  shares_ = std::make_unique<Share[]>(n_threads_);
   try {
     for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
   } catch (const std::exception& e) {
@@ -67,28 +69,70 @@ void ThreadPool::worker(int index) {
     }
     if (stop_) return;
     seen = generation_.load(std::memory_order_acquire);
-    const std::function<void(size_t, size_t)>* job;
-    size_t n;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      job = job_;
-      n = job_n_;
       t_isa_cap = job_isa_;
     }
-    auto [b, e] = slice(n, n_threads_, index);
-    if (b < e) {
-      try {
-        (*job)(b, e);
-      } catch (...) {  // carried to the caller, which rethrows it once every slice is done
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!job_error_) job_error_ = std::current_exception();
-      }
-    }
+    run_share(index);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
-void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn) {
+bool ThreadPool::claim(int slot, bool front, size_t& b, size_t& e) {
+  std::atomic<uint64_t>& range = shares_[slot].range;
+  uint64_t r = range.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t f = r & 0xFFFFFFFFu, back = r >> 32;
+    if (f >= back) return false;
+    const uint64_t take = std::min<uint64_t>(job_grain_, back - f);
+    const uint64_t next = front ? (back << 32 | (f + take)) : ((back - take) << 32 | f);
+    if (range.compare_exchange_weak(r, next, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+      b = front ? f : back - take, e = front ? f + take : back;
+      return true;
+    }
+  }
+}
+
+void ThreadPool::run_share(int index) {
+  const std::function<void(size_t, size_t)>& fn = *job_;
+  try {
+    if (job_grain_ == 0) {
+      auto [b, e] = slice(job_n_, n_threads_, index);
+      if (b < e) fn(b, e);
+      return;
+    }
+    size_t b, e;
+    while (claim(index, true, b, e)) fn(b, e);
+    for (;;) {  // then pieces from the back of the slice with the most left
+      int victim = -1;
+      uint64_t most = 0;
+      for (int t = 0; t < n_threads_; ++t) {
+        const uint64_t r = shares_[t].range.load(std::memory_order_relaxed), f = r & 0xFFFFFFFFu, back = r >> 32;
+        if (back > f && back - f > most) most = back - f, victim = t;
+      }
+      if (victim < 0) return;
+      if (claim(victim, false, b, e)) fn(b, e);
+    }
+  } catch (...) {  // carried to the caller, which rethrows it once every thread is done
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!job_error_) job_error_ = std::current_exception();
+  }
+}
+
+void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn) { launch(n, fn, 0, {}); }
+
+void ThreadPool::parallel_for_stealing(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn,
+                                       const std::vector<size_t>& cuts) {
+  if (!cuts.empty()) {
+    KVLM_CHECK(cuts.size() == static_cast<size_t>(n_threads_) + 1 && cuts.front() == 0 && cuts.back() == n &&
+                   std::is_sorted(cuts.begin(), cuts.end()),
+               "parallel_for_stealing: the cuts must be one more than the threads, ascending from 0 to n");
+  }
+  // Ranges are packed in 32 bits each: a larger job is cut as parallel_for cuts it.
+  launch(n, fn, n >> 32 ? 0 : std::max<size_t>(grain, 1), cuts);
+}
+
+void ThreadPool::launch(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain, const std::vector<size_t>& cuts) {
   if (n == 0) return;
   if (n_threads_ == 1 || n == 1) {
     fn(0, n);
@@ -99,32 +143,26 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
     job_n_ = n;
+    job_grain_ = grain;
     job_isa_ = t_isa_cap;
+    for (int t = 0; grain > 0 && t < n_threads_; ++t) {
+      const auto [b, e] = cuts.empty() ? slice(n, n_threads_, t) : std::pair{cuts[t], cuts[t + 1]};
+      shares_[t].range.store(static_cast<uint64_t>(e) << 32 | b, std::memory_order_relaxed);
+    }
     pending_.store(n_threads_ - 1, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   wake_cv_.notify_all();
-  auto [b, e] = slice(n, n_threads_, 0);
-  // The caller's slice may throw too; either way every worker must be done with `fn` (which the
-  // caller's frame owns) before this returns or unwinds.
-  std::exception_ptr error;
-  if (b < e) {
-    try {
-      fn(b, e);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  // Spin briefly, then yield: when threads outnumber free cores (two contexts computing at once
-  // on two cores) a pure spin would keep the workers it waits for off the CPU.
+  run_share(0);
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins)
     if (spins < kSpinIterations)
       cpu_relax();
     else
       std::this_thread::yield();
+  std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!error) error = job_error_;
+    error = job_error_;
     job_error_ = nullptr;
   }
   if (error) std::rethrow_exception(error);

@@ -1,6 +1,7 @@
 #include "kernels/attention_batch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <utility>
@@ -112,7 +113,7 @@ struct StateArray {
 class Attender {
  public:
   explicit Attender(const AttentionBatch& b)
-      : b_(b), hd_(b.head_dim), group_(b.n_heads / b.n_kv_heads), kv_dim_(b.n_kv_heads * b.head_dim) {}
+      : b_(b), hd_(b.head_dim), group_(b.n_heads / b.n_kv_heads), kv_dim_(b.n_kv_heads * b.head_dim), id_(next_id()) {}
 
   int group() const { return group_; }
   // Positions row t attends to: [lo, p].
@@ -139,6 +140,7 @@ class Attender {
     std::vector<const uint8_t*> vrows;  // a piece's encoded value rows of one KV head (integer value sums)
     std::vector<const float*> vprm;     // and their parameters (int8: the scale; int4: the first group's)
     Buffer<float> states;               // the many-rows path's two StateArrays
+    uint64_t batch = 0;                 // the Attender qq_row and qb_row were set for
   };
   // This thread's scratch, kept from call to call and grown to this batch's shapes (fresh buffers
   // are zeroed: see the chunks' states in attention_batch).
@@ -149,8 +151,11 @@ class Attender {
     grow(w.qb, static_cast<size_t>(b_.n_kv_heads) * group_ * hd_);
     grow(w.qq, static_cast<size_t>(b_.n_kv_heads));
     grow(w.vrows, kPiece), grow(w.vprm, kPiece);
-    w.qq_row.assign(b_.n_kv_heads, -1);  // row indices are this batch's
-    w.qb_row.assign(b_.n_kv_heads, -1);
+    if (w.batch != id_) {  // row indices are this batch's; a thread's later pieces of it keep them
+      w.qq_row.assign(b_.n_kv_heads, -1);
+      w.qb_row.assign(b_.n_kv_heads, -1);
+      w.batch = id_;
+    }
     return w;
   }
 
@@ -365,8 +370,14 @@ class Attender {
         });
   }
 
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> last{0};
+    return last.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+
   const AttentionBatch& b_;
   const int hd_, group_, kv_dim_;
+  const uint64_t id_;  // this batch's, for Scratch::batch
 };
 
 }  // namespace
@@ -463,16 +474,23 @@ void attention_batch(const AttentionBatch& b, ThreadPool& pool) {
     const size_t i = std::lower_bound(cum.begin(), cum.end(), target) - cum.begin();
     return i > 0 && target - cum[i - 1] < cum[i] - target ? i - 1 : i;
   };
-  run(threads, [&](size_t part_begin, size_t part_end) {  // one part of the work per thread
+  auto fold_items = [&](size_t begin, size_t end) {
     Attender::Scratch& w = at.scratch();
-    for (size_t idx = boundary(part_begin), end = boundary(part_end); idx < end; ++idx) {
+    for (size_t idx = begin; idx < end; ++idx) {
       const int chunk = static_cast<int>(idx / hsplit);
       const auto [g0, g1] = heads_of(idx);
       if (g0 >= g1) continue;
       const int t = static_cast<int>(std::upper_bound(chunk0.begin(), chunk0.end(), chunk) - chunk0.begin()) - 1;
       at.fold_chunk(w, t, chunk - chunk0[t], g0, g1, states_of(chunk, g0));
     }
-  });
+  };
+  if (threads == 1) {
+    fold_items(0, items);
+  } else {  // a thread done early takes the other's last items (the VM slows one thread at times)
+    std::vector<size_t> cuts(threads + 1);
+    for (int part = 0; part <= threads; ++part) cuts[part] = boundary(part);
+    pool.parallel_for_stealing(items, 1, fold_items, cuts);
+  }
   run(static_cast<size_t>(n_rows) * n_kv, [&](size_t begin, size_t end) {
     for (size_t idx = begin; idx < end; ++idx) {
       const int t = static_cast<int>(idx / n_kv), g = static_cast<int>(idx % n_kv);

@@ -71,11 +71,12 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
     matmul(w.data(), B, out, in, x, n, y, &pool);
     return;
   }
-  // The pool takes the call unless it is too little work to share.
+  // The pool takes the call unless it is too little work to share; each thread's slice goes in
+  // about eight pieces, so that a thread done early takes a slowed one's last pieces.
   const bool share = static_cast<size_t>(out) * in * n >= kMinParallelWork;
   auto run = [&](size_t items, const std::function<void(size_t, size_t)>& body) {
     if (share)
-      pool.parallel_for(items, body);
+      pool.parallel_for_stealing(items, std::max<size_t>(1, items / (8 * static_cast<size_t>(pool.size()))), body);
     else
       body(0, items);
   };
