@@ -9,6 +9,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -230,6 +231,80 @@ KVLM_EMU __m512i mm512_inserti32x4(__m512i a, __m128i b, int imm) {
   return vec<__m512i>(r);
 }
 
+// The float steps of the integer value sums' block weights (attention_int_simd.inc).
+KVLM_EMU __m512 mm512_castps256_ps512(__m256 a) {  // the upper half is undefined: zero here
+  Lanes<float, 16> r{};
+  std::memcpy(r.v, &a, sizeof a);
+  return vec<__m512>(r);
+}
+KVLM_EMU __m512 mm512_insertf32x8(__m512 a, __m256 b, int half) {
+  auto r = lanes<float>(a);
+  std::memcpy(r.v + 8 * (half & 1), &b, sizeof b);
+  return vec<__m512>(r);
+}
+KVLM_EMU __m512 mm512_max_ps(__m512 a, __m512 b) {  // the second operand unless the first is greater (NaN, zeros)
+  return zip<float>(a, b, [](float x, float y) { return x > y ? x : y; });
+}
+KVLM_EMU __m512 mm512_div_ps(__m512 a, __m512 b) {
+  return zip<float>(a, b, [](float x, float y) { return x / y; });
+}
+KVLM_EMU __m512 mm512_maskz_div_ps(__mmask16 k, __m512 a, __m512 b) {
+  auto x = lanes<float>(a), y = lanes<float>(b);
+  for (int i = 0; i < 16; ++i) x.v[i] = (k >> i) & 1 ? x.v[i] / y.v[i] : 0.0f;
+  return vec<__m512>(x);
+}
+// Only the predicate the kernels use (ordered, greater or equal); any other is a build error.
+template <int Pred>
+KVLM_EMU __mmask16 mm512_cmp_ps_mask(__m512 a, __m512 b) {
+  static_assert(Pred == _CMP_GE_OQ, "emulate this predicate first");
+  auto x = lanes<float>(a), y = lanes<float>(b);
+  __mmask16 k = 0;
+  for (int i = 0; i < 16; ++i) k |= static_cast<__mmask16>(x.v[i] >= y.v[i]) << i;  // false where either is NaN
+  return k;
+}
+KVLM_EMU __m512i mm512_cvtps_epi32(__m512 a) {  // the current rounding mode; out of range or NaN: INT32_MIN
+  auto x = lanes<float>(a);
+  Lanes<int32_t, 16> r;
+  for (int i = 0; i < 16; ++i) {
+    const float v = std::nearbyint(x.v[i]);
+    r.v[i] = v >= -2147483648.0f && v < 2147483648.0f ? static_cast<int32_t>(v) : INT32_MIN;
+  }
+  return vec<__m512i>(r);
+}
+// vpackssdw / vpackuswb: per 128-bit block, a's lanes then b's, saturated.
+KVLM_EMU __m512i mm512_packs_epi32(__m512i a, __m512i b) {
+  auto x = lanes<int32_t>(a), y = lanes<int32_t>(b);
+  Lanes<int16_t, 32> r;
+  auto sat = [](int32_t v) { return static_cast<int16_t>(std::clamp(v, -32768, 32767)); };
+  for (int blk = 0; blk < 4; ++blk)
+    for (int i = 0; i < 4; ++i) r.v[8 * blk + i] = sat(x.v[4 * blk + i]), r.v[8 * blk + 4 + i] = sat(y.v[4 * blk + i]);
+  return vec<__m512i>(r);
+}
+KVLM_EMU __m512i mm512_packus_epi16(__m512i a, __m512i b) {
+  auto x = lanes<int16_t>(a), y = lanes<int16_t>(b);
+  Lanes<uint8_t, 64> r;
+  auto sat = [](int16_t v) { return static_cast<uint8_t>(std::clamp<int>(v, 0, 255)); };
+  for (int blk = 0; blk < 4; ++blk)
+    for (int i = 0; i < 8; ++i) r.v[16 * blk + i] = sat(x.v[8 * blk + i]), r.v[16 * blk + 8 + i] = sat(y.v[8 * blk + i]);
+  return vec<__m512i>(r);
+}
+// vshuff32x4: blocks 0-1 from a, 2-3 from b, each picked by two bits of imm.
+KVLM_EMU __m512 mm512_shuffle_f32x4(__m512 a, __m512 b, int imm) {
+  auto x = lanes<float>(a), y = lanes<float>(b);
+  Lanes<float, 16> r;
+  for (int blk = 0; blk < 4; ++blk)
+    for (int i = 0; i < 4; ++i) r.v[4 * blk + i] = (blk < 2 ? x : y).v[4 * ((imm >> (2 * blk)) & 3) + i];
+  return vec<__m512>(r);
+}
+// vpermilps with an immediate: in every 128-bit block, lane i from lane (imm >> 2i) & 3.
+KVLM_EMU __m512 mm512_permute_ps(__m512 a, int imm) {
+  auto x = lanes<float>(a);
+  Lanes<float, 16> r;
+  for (int blk = 0; blk < 4; ++blk)
+    for (int i = 0; i < 4; ++i) r.v[4 * blk + i] = x.v[4 * blk + ((imm >> (2 * i)) & 3)];
+  return vec<__m512>(r);
+}
+
 #undef KVLM_EMU
 
 }  // namespace kvlm::avx512_emulation
@@ -273,6 +348,17 @@ KVLM_EMU __m512i mm512_inserti32x4(__m512i a, __m128i b, int imm) {
 #undef _mm512_add_ps
 #undef _mm512_zextsi128_si512
 #undef _mm512_inserti32x4
+#undef _mm512_castps256_ps512
+#undef _mm512_insertf32x8
+#undef _mm512_max_ps
+#undef _mm512_div_ps
+#undef _mm512_maskz_div_ps
+#undef _mm512_cmp_ps_mask
+#undef _mm512_cvtps_epi32
+#undef _mm512_packs_epi32
+#undef _mm512_packus_epi16
+#undef _mm512_shuffle_f32x4
+#undef _mm512_permute_ps
 #define _mm512_setzero_si512 kvlm::avx512_emulation::mm512_setzero_si512
 #define _mm512_set1_epi8 kvlm::avx512_emulation::mm512_set1_epi8
 #define _mm512_set1_ps kvlm::avx512_emulation::mm512_set1_ps
@@ -311,3 +397,14 @@ KVLM_EMU __m512i mm512_inserti32x4(__m512i a, __m128i b, int imm) {
 #define _mm512_add_ps kvlm::avx512_emulation::mm512_add_ps
 #define _mm512_zextsi128_si512 kvlm::avx512_emulation::mm512_zextsi128_si512
 #define _mm512_inserti32x4 kvlm::avx512_emulation::mm512_inserti32x4
+#define _mm512_castps256_ps512 kvlm::avx512_emulation::mm512_castps256_ps512
+#define _mm512_insertf32x8 kvlm::avx512_emulation::mm512_insertf32x8
+#define _mm512_max_ps kvlm::avx512_emulation::mm512_max_ps
+#define _mm512_div_ps kvlm::avx512_emulation::mm512_div_ps
+#define _mm512_maskz_div_ps kvlm::avx512_emulation::mm512_maskz_div_ps
+#define _mm512_cvtps_epi32 kvlm::avx512_emulation::mm512_cvtps_epi32
+#define _mm512_packs_epi32 kvlm::avx512_emulation::mm512_packs_epi32
+#define _mm512_packus_epi16 kvlm::avx512_emulation::mm512_packus_epi16
+#define _mm512_shuffle_f32x4 kvlm::avx512_emulation::mm512_shuffle_f32x4
+#define _mm512_permute_ps kvlm::avx512_emulation::mm512_permute_ps
+#define _mm512_cmp_ps_mask(a, b, pred) kvlm::avx512_emulation::mm512_cmp_ps_mask<pred>(a, b)
