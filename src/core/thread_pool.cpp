@@ -153,7 +153,11 @@ void ThreadPool::launch(size_t n, const std::function<void(size_t, size_t)>& fn,
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   wake_cv_.notify_all();
+  // The caller's share may throw too (run_share keeps the first exception); either way every
+  // worker must be done with `fn` (which the caller's frame owns) before this returns or unwinds.
   run_share(0);
+  // Spin briefly, then yield: when threads outnumber free cores (two contexts computing at once
+  // on two cores) a pure spin would keep the workers it waits for off the CPU.
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins)
     if (spins < kSpinIterations)
       cpu_relax();
