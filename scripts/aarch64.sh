@@ -30,7 +30,8 @@ NEEDS_CLI='Cli|^ClearMessages[.]|^GgufMetadata[.]IntegerFlagsAreAccepted$|^Hones
 NEEDS_CLI+='|^KvQuant[.]BadKvDtypesAreErrors$|^SinkCache[.]TenTimesTheContextWithBoundedMemoryAndFiniteLogits$'
 NEEDS_CLI+='|^SpecialFiles[.]|^ThreadPoolStart[.]|^TokenizerWork[.]HugeVocabularyEntryIsRefused$'
 NEEDS_CLI+='|^SinkCache[.]GenerateGivesTheSameTokensPagedAndContiguous$|^KvSnapshot[.]GenerateSavesAndContinues$'
-# Context: several pools; KvTiers: the disk tier's writer thread; AttentionBatch: 2 and 3 threads.
-THREADS='^Context[.]|^KvTiers[.]|^AttentionBatch[.]LongContextRowsAreTheSameHoweverTheWorkIsCut$'
+# Context: several pools; KvTiers: the disk tier's writer thread; AttentionBatch: 2 and 3 threads;
+# ThreadPoolStealing: pools of 2 to 4 threads.
+THREADS='^Context[.]|^KvTiers[.]|^AttentionBatch[.]LongContextRowsAreTheSameHoweverTheWorkIsCut$|^ThreadPoolStealing[.]'
 SLOW='nocache|^ChatTemplates[.]WorkIsBounded$'
 KVLM_THREADS=1 ctest --test-dir "$BUILD" -j2 --output-on-failure -E "$NEEDS_CLI|$THREADS|$SLOW"
