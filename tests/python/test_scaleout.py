@@ -286,11 +286,15 @@ def test_redis_stopped_mid_run_changes_no_answer_and_is_used_again_when_back(clu
     cluster["redis"] = redis = Redis(redis.port)
     written = metric(a.base, "kvlm:kv_remote_written_total")
     deadline = time.time() + DEADLINE_S
-    while metric(a.base, "kvlm:kv_remote_written_total") == written and time.time() < deadline:
+    # The writer reconnects on its next write and the reader (whose connection kv_remote_up
+    # reports) on its next lookup after its one-second back-off: requests until both have.
+    def back():
+        return metric(a.base, "kvlm:kv_remote_written_total") > written and metric(a.base, "kvlm:kv_remote_up") == 1
+    while not back() and time.time() < deadline:
         complete(a.base, f"Redis came back at {time.time()}. " + PROMPT_A)  # each a fresh prefix to publish
         time.sleep(0.3)
     assert metric(a.base, "kvlm:kv_remote_written_total") > written, "replica A never wrote to Redis again"
-    assert metric(a.base, "kvlm:kv_remote_up") == 1
+    assert metric(a.base, "kvlm:kv_remote_up") == 1, "replica A's reader never reconnected"
 
 
 def redis_cli(port, *args):
