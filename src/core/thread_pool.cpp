@@ -6,6 +6,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "core/cpu.h"
 #include "core/error.h"
@@ -27,6 +28,9 @@ std::mutex& global_mu() {
   return mu;
 }
 thread_local ThreadPool* t_scoped = nullptr;
+// A stealing job's unclaimed range [front, back) of one slice, as one word (ThreadPool::Share).
+uint64_t pack_range(uint64_t front, uint64_t back) { return back << 32 | front; }
+std::pair<uint64_t, uint64_t> unpack_range(uint64_t r) { return {r & 0xFFFFFFFFu, r >> 32}; }
 constexpr int kSpinIterations = 20000;  // roughly 50-100 microseconds of pause instructions
 }  // namespace
 
@@ -82,10 +86,10 @@ bool ThreadPool::claim(int slot, bool front, size_t& b, size_t& e) {
   std::atomic<uint64_t>& range = shares_[slot].range;
   uint64_t r = range.load(std::memory_order_relaxed);
   for (;;) {
-    const uint64_t f = r & 0xFFFFFFFFu, back = r >> 32;
+    const auto [f, back] = unpack_range(r);
     if (f >= back) return false;
     const uint64_t take = std::min<uint64_t>(job_grain_, back - f);
-    const uint64_t next = front ? (back << 32 | (f + take)) : ((back - take) << 32 | f);
+    const uint64_t next = front ? pack_range(f + take, back) : pack_range(f, back - take);
     if (range.compare_exchange_weak(r, next, std::memory_order_acq_rel, std::memory_order_relaxed)) {
       b = front ? f : back - take, e = front ? f + take : back;
       return true;
@@ -107,7 +111,7 @@ void ThreadPool::run_share(int index) {
       int victim = -1;
       uint64_t most = 0;
       for (int t = 0; t < n_threads_; ++t) {
-        const uint64_t r = shares_[t].range.load(std::memory_order_relaxed), f = r & 0xFFFFFFFFu, back = r >> 32;
+        const auto [f, back] = unpack_range(shares_[t].range.load(std::memory_order_relaxed));
         if (back > f && back - f > most) most = back - f, victim = t;
       }
       if (victim < 0) return;
@@ -147,7 +151,7 @@ void ThreadPool::launch(size_t n, const std::function<void(size_t, size_t)>& fn,
     job_isa_ = t_isa_cap;
     for (int t = 0; grain > 0 && t < n_threads_; ++t) {
       const auto [b, e] = cuts.empty() ? slice(n, n_threads_, t) : std::pair{cuts[t], cuts[t + 1]};
-      shares_[t].range.store(static_cast<uint64_t>(e) << 32 | b, std::memory_order_relaxed);
+      shares_[t].range.store(pack_range(b, e), std::memory_order_relaxed);
     }
     pending_.store(n_threads_ - 1, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
