@@ -90,7 +90,7 @@ struct EncodedKv {
 TEST(IsaKernels, EncodedKvReadInRegistersMatchesDecodingFirstBitForBit) {
   for_each_simd_isa([] {
     int widened[2] = {};  // value sums compared, for groups of fewer than 4 heads and of 4+
-    for (DType t : {DType::BF16, DType::Int8, DType::Int4})
+    for (DType t : {DType::F16, DType::BF16, DType::Int8, DType::Int4})
       for (int hd : {8, 16, 24, 32, 64, 128}) {
         if (t == DType::Int4 && hd % 32 != 0) continue;
         for (int g : {1, 2, 4, 5, 8, 13})  // 13: AVX2 tiles of four heads, then one

@@ -1,6 +1,7 @@
 // Smaller KV: codec round trips within stated bounds, attention over quantized rows against the
 // f32 cache on the stories260K goldens, the residual window, and windowed-layer memory.
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -22,7 +23,7 @@ TEST(KvQuant, RoundTripsStayWithinStatedBounds) {
     const int kv_dim = 4 * hd;
     std::vector<float> x(kv_dim), y(hd);
     for (float& v : x) v = nd(rng);
-    for (DType t : {DType::F32, DType::BF16, DType::Int8, DType::Int4}) {
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Int8, DType::Int4}) {
       KvRowCodec c{t, kv_dim, hd};
       std::vector<uint8_t> data(c.data_bytes());
       std::vector<float> params(c.n_params() + 1);
@@ -34,6 +35,7 @@ TEST(KvQuant, RoundTripsStayWithinStatedBounds) {
         for (int i = 0; i < hd; ++i) {
           const float v = x[h * hd + i];
           float bound = 0;
+          if (t == DType::F16) bound = std::fabs(v) / 2048;         // 11 significant bits (no subnormals at this scale)
           if (t == DType::BF16) bound = std::fabs(v) / 256;         // 8 mantissa bits
           if (t == DType::Int8) bound = amax / 127 / 2 + 1e-6f;     // half a step of the head's scale
           if (t == DType::Int4) {                                    // half a step of the 32-group's range
@@ -59,13 +61,42 @@ std::vector<float> decode_logits(const Model& m, const std::vector<int>& ids, DT
   return all;
 }
 
+// f16 rows saturate: a finite value beyond f16's range is stored as +-65504, never as an
+// infinity (which would turn every score of its head into NaN); infinities and NaN stay what they are.
+TEST(KvQuant, F16RowsSaturateAndKeepSubnormals) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> x = {1e6f, -1e6f, 65519.0f, 65520.0f, -70000.0f, 65504.0f, inf, -inf,
+                                nan, 1.0f / 3, 3e-6f, -6e-8f, 2e-8f, 0.0f, -0.0f, 1e-30f};
+  const std::vector<float> want = {65504, -65504, 65504, 65504, -65504, 65504, inf, -inf,
+                                   nan, 0.333251953125f, 2.9802322387695312e-06f, -5.9604644775390625e-08f, 0.0f, 0.0f, -0.0f, 0.0f};
+  KvRowCodec c{DType::F16, 16, 8};
+  std::vector<uint8_t> data(c.data_bytes());
+  std::vector<float> a(16), b(16);
+  c.encode(x.data(), data.data(), nullptr);
+  for (int h = 0; h < 2; ++h) {
+    c.decode_head(data.data(), nullptr, h, a.data() + 8 * h);
+    c.decode_head_scalar(data.data(), nullptr, h, b.data() + 8 * h);
+  }
+  for (int i = 0; i < 16; ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(a[i]) && std::isnan(b[i])) << i;
+      continue;
+    }
+    EXPECT_EQ(a[i], want[i]) << "element " << i << " (" << x[i] << ")";
+    EXPECT_EQ(b[i], want[i]) << "element " << i << " (" << x[i] << ")";
+    EXPECT_EQ(std::signbit(a[i]), std::signbit(want[i])) << i;
+  }
+}
+
 TEST(KvQuant, VectorDecodersMatchScalarTwinsBitForBit) {
-  for (DType t : {DType::BF16, DType::Int8, DType::Int4})
+  for (DType t : {DType::F16, DType::BF16, DType::Int8, DType::Int4})
     for (int hd : {8, 32, 64, 128}) {
       const int kv_dim = 4 * std::max(hd, 32);
       if (kv_dim % hd) continue;
       KvRowCodec c{t, kv_dim, hd};
       auto x = test::randn(kv_dim, hd + static_cast<int>(t));
+      // f16's subnormals and its saturated ends too.
+      for (int i = 0; i < kv_dim; i += 5) x[i] *= (i / 5) % 2 ? 1e-6f : 1e5f;
       std::vector<uint8_t> data(c.data_bytes());
       std::vector<float> params(c.n_params() + 1), a(hd), b(hd);
       c.encode(x.data(), data.data(), params.data());
@@ -91,11 +122,15 @@ TEST(KvQuant, Int8LogitsStayCloseToF32OnStories260K) {
   };
   // Stated tolerances (logits here span about -19..21; head_dim is only 8, so each int8 scale
   // covers 8 values): int8 and bf16 within 1.0 max-abs and >= 95% top-1 agreement.
-  for (DType t : {DType::BF16, DType::Int8, DType::Int4}) {
+  for (DType t : {DType::F16, DType::BF16, DType::Int8, DType::Int4}) {
     std::vector<float> l0 = decode_logits(*m, ids, t, 0), l16 = decode_logits(*m, ids, t, 16);
     float err0 = test::max_abs_diff(l0, golden), err16 = test::max_abs_diff(l16, golden);
     std::printf("[ measured ] stories260K %s KV: max-abs logit error %.4f, top-1 %d/%d (residual 0); %.4f, %d/%d (residual 16)\n",
                 dtype_name(t), err0, top1(l0), n, err16, top1(l16), n);
+    if (t == DType::F16) {  // 11 significant bits: an order of magnitude closer than bf16's 8
+      EXPECT_LE(err0, 0.05f);
+      EXPECT_EQ(top1(l0), n);
+    }
     if (t != DType::Int4) {
       EXPECT_LE(err0, 1.0f) << dtype_name(t);
       EXPECT_GE(top1(l0), static_cast<int>(std::ceil(0.95 * n))) << dtype_name(t);

@@ -39,7 +39,7 @@ std::vector<int> fixture_ids(const std::string& dir) {
 
 void expect_pages_equal_contiguous(const Model& m, const std::vector<int>& ids, const std::string& what) {
   const int n = static_cast<int>(ids.size());
-  for (DType t : {DType::BF16, DType::Int8, DType::Int4})
+  for (DType t : {DType::F16, DType::BF16, DType::Int8, DType::Int4})
     for (int residual : {0, 5}) {
       ContiguousKvCache contiguous(m.cfg, n, t, residual);
       std::vector<float> want = stepwise_logits(m, contiguous, ids);
@@ -80,6 +80,7 @@ TEST(QuantizedPages, PageBytesShrinkByTheCodecRatio) {
   const ModelConfig& c = m->cfg;  // kv_dim 32, head_dim 16
   const size_t f32 = KvPages::block_bytes(c, 16, DType::F32);
   EXPECT_EQ(f32, 2ull * c.n_layers * 16 * c.kv_dim() * 4);
+  EXPECT_EQ(KvPages::block_bytes(c, 16, DType::F16), f32 / 2);
   EXPECT_EQ(KvPages::block_bytes(c, 16, DType::BF16), f32 / 2);
   // int8: one byte per value plus an f32 scale per head per token.
   EXPECT_EQ(KvPages::block_bytes(c, 16, DType::Int8),

@@ -104,7 +104,7 @@ class LLM:
         path: the model file or folder (whatever `kvlm generate --model` takes).
         tokenizer: the tokenizer, when it is not found beside the model.
         weights: run the matrices as "f32", "f16", "bf16", "q8_0" or "q4_0" (default: as stored).
-        kv_dtype: KV cache element type: "f32" (default), "bf16", "int8" or "int4".
+        kv_dtype: KV cache element type: "f32" (default), "f16", "bf16", "int8" or "int4".
         kv_residual: with a quantized KV, the newest positions also kept at f32 (default 128).
         kv_capacity: KV pool size in tokens for batch() (default: sized by the batch's need).
         threads: compute threads of this object's own pool (default: physical cores).

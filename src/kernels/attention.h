@@ -27,7 +27,7 @@ void attn_scores(const float* q, int g, int hd, float scale, const float* k, siz
 void attn_update(AttnState& st, float* s, size_t s_stride, int n);
 // acc[i] += sum_j p[i][j] * v[j] for n values (rows `stride` apart).
 void attn_accumulate(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n);
-// Head h of n rows encoded by a codec (bf16, int8, int4), as KV pages store them: data and params
+// Head h of n rows encoded by a codec (f16, bf16, int8, int4), as KV pages store them: data and params
 // at the run's first row, rows codec->data_bytes() and codec->n_params() apart.
 struct EncodedRows {
   const KvRowCodec* codec;

@@ -37,6 +37,14 @@ struct Bf16Rows16 {
   }
   void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
 };
+struct F16Rows16 {
+  const uint16_t* p;
+  size_t stride;
+  KVLM_AVX512 __m512 load16(int j, int d) const {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j * stride + d)));
+  }
+  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
+};
 struct Int8Rows16 {
   const int8_t* p;
   size_t stride;
@@ -97,6 +105,9 @@ bool accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const En
   if (!isa_at_least(Isa::Avx512) || (hd != 64 && hd != 128) || st.g % H != 0) return false;
   const size_t db = c.data_bytes();
   switch (c.dtype) {
+    case DType::F16:
+      heads_by_rows(st, p, p_stride, F16Rows16{reinterpret_cast<const uint16_t*>(v.data) + static_cast<size_t>(v.h) * hd, db / 2}, n);
+      return true;
     case DType::BF16:
       heads_by_rows(st, p, p_stride, Bf16Rows16{reinterpret_cast<const uint16_t*>(v.data) + static_cast<size_t>(v.h) * hd, db / 2}, n);
       return true;

@@ -14,7 +14,7 @@ namespace kvlm::avx512 {
 // rest. 0 where the CPU lacks AVX-512 or the head size is not 64 or 128.
 int accumulate_f32_heads(AttnState& st, const float* p, size_t p_stride, const float* v, size_t stride, int n);
 
-// Every head of st summed over bf16 or int8 rows; false where they do not fit (no AVX-512,
+// Every head of st summed over f16, bf16 or int8 rows; false where they do not fit (no AVX-512,
 // another type, a head size other than 64 or 128, or a group that is not whole fours or twos).
 bool accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const EncodedRows& v, int n);
 

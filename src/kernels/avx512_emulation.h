@@ -123,6 +123,12 @@ KVLM_EMU __m512i mm512_maskz_cvtepu16_epi32(__mmask16 k, __m256i a) {
   for (int i = 0; i < 16; ++i) r.v[i] = (k >> i) & 1 ? x.v[i] : 0;
   return vec<__m512i>(r);
 }
+KVLM_EMU __m512 mm512_cvtph_ps(__m256i a) {
+  auto x = lanes<uint16_t>(a);
+  Lanes<float, 16> r;
+  for (int i = 0; i < 16; ++i) r.v[i] = f16_to_f32(x.v[i]);  // exact, subnormals included
+  return vec<__m512>(r);
+}
 KVLM_EMU __m512i mm512_mask_blend_epi64(__mmask8 k, __m512i a, __m512i b) {
   auto x = lanes<uint64_t>(a), y = lanes<uint64_t>(b);
   for (int i = 0; i < 8; ++i) x.v[i] = (k >> i) & 1 ? y.v[i] : x.v[i];
@@ -329,6 +335,7 @@ KVLM_EMU __m512 mm512_permute_ps(__m512 a, int imm) {
 #undef _mm512_cvtepi32_ps
 #undef _mm512_maskz_cvtepi8_epi32
 #undef _mm512_maskz_cvtepu16_epi32
+#undef _mm512_cvtph_ps
 #undef _mm512_mask_blend_epi64
 #undef _mm512_permutexvar_epi32
 #undef _mm512_broadcast_i64x4
@@ -378,6 +385,7 @@ KVLM_EMU __m512 mm512_permute_ps(__m512 a, int imm) {
 #define _mm512_cvtepi32_ps kvlm::avx512_emulation::mm512_cvtepi32_ps
 #define _mm512_maskz_cvtepi8_epi32 kvlm::avx512_emulation::mm512_maskz_cvtepi8_epi32
 #define _mm512_maskz_cvtepu16_epi32 kvlm::avx512_emulation::mm512_maskz_cvtepu16_epi32
+#define _mm512_cvtph_ps kvlm::avx512_emulation::mm512_cvtph_ps
 #define _mm512_mask_blend_epi64 kvlm::avx512_emulation::mm512_mask_blend_epi64
 #define _mm512_permutexvar_epi32 kvlm::avx512_emulation::mm512_permutexvar_epi32
 #define _mm512_broadcast_i64x4 kvlm::avx512_emulation::mm512_broadcast_i64x4

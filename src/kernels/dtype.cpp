@@ -120,7 +120,7 @@ constexpr unsigned kAll = kInFiles | kAsWeights | kInKvPages;
 // In DType's order.
 const DTypeTraits kTable[] = {
     {DType::F32, "f32", 1, 4, kAll, f32_to, f32_from, f32_dot},
-    {DType::F16, "f16", 1, 2, kInFiles | kAsWeights, half_to<f16_to_f32>, half_from<f32_to_f16>, f16_dot},
+    {DType::F16, "f16", 1, 2, kAll, half_to<f16_to_f32>, half_from<f32_to_f16>, f16_dot},
     {DType::BF16, "bf16", 1, 2, kAll, half_to<bf16_to_f32>, half_from<f32_to_bf16>, bf16_dot},
     {DType::Q8_0, "q8_0", 32, 34, kInFiles | kAsWeights, blocks_to<q8_0, 32, 34>, q8_0_from, nullptr},
     {DType::Q4_0, "q4_0", 32, 18, kInFiles | kAsWeights, blocks_to<q4_0, 32, 18>, q4_0_from, nullptr},

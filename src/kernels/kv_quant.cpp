@@ -23,8 +23,19 @@ bool kv_dtype_fits(DType t, int kv_dim) {
 
 size_t KvRowCodec::other_data_bytes() const { return kv_dim * dtype_traits(dtype).block_bytes; }
 
+uint16_t f32_to_f16_saturated(float x) {
+  constexpr float kMax = 65504.0f;
+  if (std::isfinite(x)) x = std::clamp(x, -kMax, kMax);
+  return f32_to_f16(x);
+}
+
 void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
   switch (dtype) {
+    case DType::F16: {
+      uint16_t* h = reinterpret_cast<uint16_t*>(data);
+      for (int i = 0; i < kv_dim; ++i) h[i] = f32_to_f16_saturated(x[i]);
+      return;
+    }
     case DType::F32:
     case DType::BF16:
       dtype_traits(dtype).from_float(x, data, kv_dim);
@@ -55,10 +66,15 @@ void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
 namespace {
 // Attention decodes every cached row it reads, so the decoders are vectorized; they compute the
 // same products as the scalar code below (one multiply, or one fused multiply-add for int4).
-__attribute__((target("avx2,fma"))) inline bool decode_head_avx2(DType t, const uint8_t* data, const float* params,
+__attribute__((target("avx2,fma,f16c"))) inline bool decode_head_avx2(DType t, const uint8_t* data, const float* params,
                                                                  int h, int head_dim, float* out) {
   const int base = h * head_dim;
   if (head_dim % 8 != 0) return false;
+  if (t == DType::F16) {
+    for (int i = 0; i < head_dim; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 2 * (base + i)))));
+    return true;
+  }
   if (t == DType::BF16) {
     for (int i = 0; i < head_dim; i += 8) {
       const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 2 * (base + i))));
@@ -94,7 +110,7 @@ __attribute__((target("avx2,fma"))) inline bool decode_head_avx2(DType t, const 
   return false;
 }
 // The run's rows in one call: the type is switched on once, and the row loop inlines the decoder.
-__attribute__((target("avx2,fma"))) bool decode_rows_avx2(const KvRowCodec& c, const uint8_t* data, const float* params,
+__attribute__((target("avx2,fma,f16c"))) bool decode_rows_avx2(const KvRowCodec& c, const uint8_t* data, const float* params,
                                                           int h, int n, float* out) {
   if (c.head_dim % 8 != 0 || (c.dtype == DType::Int4 && c.head_dim % 32 != 0)) return false;
   const size_t db = c.data_bytes(), pn = c.n_params();
@@ -129,6 +145,7 @@ void KvRowCodec::decode_head_scalar(const uint8_t* data, const float* params, in
   const int base = h * head_dim;
   switch (dtype) {
     case DType::F32:
+    case DType::F16:
     case DType::BF16: {
       const DTypeTraits& r = dtype_traits(dtype);
       r.to_float(data + base * r.block_bytes, out, head_dim);

@@ -1,5 +1,7 @@
 // KV element types and their row codecs. A row is one position's K (or V) for all KV heads:
 //   f32   kv_dim floats
+//   f16   kv_dim f16 values (llama.cpp's default KV type; finite values beyond its range are
+//         stored as +-65504, where llama.cpp's would become infinities)
 //   bf16  kv_dim bf16 values
 //   int8  kv_dim int8 + one f32 scale per head (symmetric, per token per head)
 //   int4  kv_dim/2 bytes of nibbles + per group of 32 values an f32 scale and zero point
@@ -13,7 +15,7 @@
 
 namespace kvlm {
 
-// Element types come from the one dtype table (kernels/dtype.h): f32, bf16, int8 and int4 serve
+// Element types come from the one dtype table (kernels/dtype.h): f32, f16, bf16, int8 and int4 serve
 // KV pages (parse_dtype(name, kInKvPages, ...)).
 
 // Layout of one quantized row for a given kv_dim / head_dim.
@@ -24,6 +26,7 @@ struct KvRowCodec {
   size_t data_bytes() const {  // the packed values
     switch (dtype) {
       case DType::F32: return static_cast<size_t>(kv_dim) * 4;
+      case DType::F16:
       case DType::BF16: return static_cast<size_t>(kv_dim) * 2;
       case DType::Int8: return kv_dim;
       case DType::Int4: return kv_dim / 2;
@@ -56,6 +59,10 @@ struct KvRowCodec {
  private:
   size_t other_data_bytes() const;  // plain values of the dtype table's other types
 };
+
+// x rounded to f16 as KV rows store it: to nearest even, finite values beyond f16's range
+// saturated to +-65504 (an infinity in a key turns every score of its head into NaN).
+uint16_t f32_to_f16_saturated(float x);
 
 // Whether a codec can hold rows of this shape (int4 needs kv_dim divisible by 32).
 bool kv_dtype_fits(DType t, int kv_dim);

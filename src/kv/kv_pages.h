@@ -5,7 +5,7 @@
 //
 //   k_[layer] : [num_blocks][block_size][kv_dim]   (v_ likewise), f32 pages
 //   kq_[layer]: [num_blocks][block_size][codec data bytes], kp_ the codec's parameters (v likewise),
-//               quantized pages (bf16, int8, int4): rows are encoded as they are stored
+//               quantized pages (f16, bf16, int8, int4): rows are encoded as they are stored
 #pragma once
 #include <cstdint>
 #include <vector>

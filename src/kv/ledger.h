@@ -12,7 +12,7 @@ namespace kvlm {
 
 struct KvLedger {
   int block_size = 0, num_blocks = 0, n_layers = 0;
-  std::string page_dtype;   // precision of every page row in this pool (f32, bf16, int8, int4)
+  std::string page_dtype;   // precision of every page row in this pool (f32, f16, bf16, int8, int4)
   size_t bytes_per_block = 0, capacity_bytes = 0;
   size_t residual_bytes = 0;  // f32 rows of the newest positions, per sequence, outside the pool
   size_t private_bytes = 0;  // blocks referenced by one sequence
