@@ -64,7 +64,7 @@ SeqParams params(std::vector<int> prompt, int n, std::string load = "", std::str
 TEST(KvSnapshot, RestoreThenGenerateEqualsAnUninterruptedRun) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");
   const std::vector<int> p = prompt_ids(13);
-  for (DType dtype : {DType::F32, DType::Int8, DType::Int4})
+  for (DType dtype : {DType::F32, DType::F16, DType::Int8, DType::Int4})
     for (int residual : {0, 8}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " residual " + std::to_string(residual));
       const std::string file = test::temp_path(std::string("snap_") + dtype_name(dtype) + std::to_string(residual));

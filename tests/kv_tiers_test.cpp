@@ -69,7 +69,7 @@ std::string temp_dir(const std::string& name) {
 TEST(KvTiers, EvictedBlocksComeBackWithIdenticalLogits) {
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");  // kv_dim 32: int4 groups fit
   const std::vector<int> p = prompt(33, 1);                   // 8 full blocks + 1 token
-  for (DType dtype : {DType::F32, DType::Int8, DType::Int4})
+  for (DType dtype : {DType::F32, DType::F16, DType::Int8, DType::Int4})
     for (const char* tier : {"host", "disk"}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " pages, " + tier);
       KvTierOptions t;

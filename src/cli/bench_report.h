@@ -17,7 +17,7 @@ struct BenchArgs : ModelArgs, KvCodecArgs {
   std::vector<int> new_tokens = {20, 100};
   int decode_steps = 16;
   std::vector<int> decode_at;                 // contexts for the KV-type table
-  std::vector<std::string> kv_dtypes = {"f32", "bf16", "int8", "int4"};
+  std::vector<std::string> kv_dtypes = {"f32", "f16", "bf16", "int8", "int4"};
   bool json = false, sweep = false, cache_on_only = false, no_roofline = false;
   bool quiet = false;  // no progress lines on stderr (the Python package)
   uint64_t seed = 0;

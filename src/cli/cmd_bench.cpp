@@ -115,7 +115,7 @@ Runner add_bench(CLI::App& app) {
   add_kv_codec_options(sub, *a);
   sub->add_option("--decode-at", a->decode_at, "instead: decode TPOT and KV bytes per KV type at these contexts")
       ->delimiter(',')->check(CLI::Range(kBenchDecodeAt.lo, kBenchDecodeAt.hi));
-  sub->add_option("--kv-dtypes", a->kv_dtypes, "KV types for --decode-at (default f32,bf16,int8,int4)")->delimiter(',');
+  sub->add_option("--kv-dtypes", a->kv_dtypes, "KV types for --decode-at (default f32,f16,bf16,int8,int4)")->delimiter(',');
   sub->add_option("--decode-steps", a->decode_steps, "timed decode steps per cell (default 16)")
       ->check(CLI::Range(kBenchDecodeSteps.lo, kBenchDecodeSteps.hi));
   sub->add_flag("--no-roofline", a->no_roofline, "skip the bandwidth measurement");
