@@ -268,7 +268,7 @@ class Attender {
   // slower, int8 and int4 ask for their own). Groups under 4 heads, every KV type: GPT-2-shaped
   // at 960 positions on Zen 4 ran f32 25% faster, bf16 36%, int8 26%, int4 6% (f32 1% slower on Zen 3).
   // And bf16 rows read with bf16 products (attention_bf16.h, Zen 4): without, TinyLlama-shaped
-  // decode attention took a third longer at 4K and 16K; f16 rows (Zen 4) 10% longer at 16K.
+  // decode attention took a third longer at 4K and 16K; f16 rows (Zen 4) 6-10% longer at 16K.
   bool asks_whole_rows(const AttentionSeq& seq) const {
     return seq.n_rows == 1 && (!seq.kv.codec || group_ < 4 || bf16_products(*seq.kv.codec, group_) || seq.kv.codec->dtype == DType::F16);
   }
