@@ -167,6 +167,28 @@ TEST(KvQuant, Int8GreedyGoldenAndPerplexity) {
   EXPECT_LT(q.kv_bytes, q.kv_bytes_f32 / 2);
 }
 
+// f16 rows with no f32 window at all: the greedy golden and the perplexity of 2,048 tokens.
+TEST(KvQuant, F16GreedyGoldenAndPerplexity) {
+  KVLM_NEED_SHARED("golden/stories260K/greedy_once_upon_a_time.json", "f16 KV on the greedy golden and perplexity");
+  auto g = nlohmann::json::parse(test::read_file(test::shared_path("golden/stories260K/greedy_once_upon_a_time.json")));
+  auto m = load_model(test::shared_path("models/stories260K/stories260K.bin"));
+  GenerateOptions opt;
+  opt.max_new_tokens = 200;
+  opt.stop_at_eos = false;
+  opt.kv_dtype = DType::F16;
+  opt.kv_residual = 0;
+  EXPECT_EQ(generate(*m, g["prompt_ids"].get<std::vector<int>>(), opt).generated, g["generated_ids"].get<std::vector<int>>());
+
+  auto toks = nlohmann::json::parse(test::read_file(test::shared_path("golden/stories260K/perplexity_tokens.json")));
+  std::vector<int> ids = toks["token_ids"].get<std::vector<int>>();
+  ids.resize(2048);
+  KvQualityResult q = kv_quality(*m, ids, 512, DType::F16, 0);
+  std::printf("[ measured ] f16 KV (residual 0), 2048 tokens: ppl %.4f vs %.4f (%+.4f%%), KLD mean %.2e p99 %.2e, top-1 %.2f%%\n",
+              q.quantized.perplexity, q.f32.perplexity, q.ppl_change_pct, q.kld_mean, q.kld_p99, 100 * q.top1_same);
+  EXPECT_LE(std::fabs(q.ppl_change_pct), 0.05);
+  EXPECT_EQ(q.kv_bytes * 2, q.kv_bytes_f32);
+}
+
 TEST(KvQuant, SlidingWindowMemoryIsConstantPastTheWindow) {
   auto m = load_model(test::fixtures_dir() + "/mistral_tiny");  // every layer slides a window of 8
   ContiguousKvCache kv(m->cfg, 120);
