@@ -68,6 +68,34 @@ TEST(EngineCli, KvPlanAnswersFromTheConfig) {
   EXPECT_FALSE(json::parse(r.out)["fits"].get<bool>());
 }
 
+// kv-plan with a KV type plans what the engine then allocates: its pages' bytes per block and
+// the f32 window beside them, as the ledger of a real run reports them.
+TEST(EngineCli, KvPlanPlansEachKvTypeAsTheEngineAllocates) {
+  KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "kv-plan against a run's ledger");
+  const std::string model = test::shared_path("models/stories260K/stories260K.bin");
+  for (const char* t : {"f32", "f16", "bf16", "int8", "int4"}) {
+    SCOPED_TRACE(t);
+    auto run = test::run_kvlm({"generate", "--model", model, "--prompt", "Once upon a time", "--max-new-tokens", "40",
+                               "--ignore-eos", "--kv-dtype", t, "--kv-residual", "16", "--kv-stats", "--json"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const json ledger = json::parse(run.out)["kv_ledger"];
+    const int tokens = ledger["sequences"][0]["tokens"].get<int>();
+    auto plan = test::run_kvlm({"kv-plan", "--model", model, "--ctx", std::to_string(tokens), "--kv-dtype", t,
+                                "--kv-residual", "16", "--json"});
+    ASSERT_EQ(plan.exit_code, 0) << plan.err;
+    const json j = json::parse(plan.out);
+    EXPECT_EQ(j["kv_dtype"].get<std::string>(), t);
+    EXPECT_EQ(j["bytes_per_block"].get<double>(), ledger["bytes_per_block"].get<double>());
+    EXPECT_EQ(j["blocks_per_sequence"].get<int>(), ledger["sequences"][0]["blocks"].get<int>());
+    EXPECT_EQ(j["residual_bytes_per_sequence"].get<double>(), ledger["residual_bytes"].get<double>());
+    EXPECT_EQ(j["kv_bytes"].get<double>(),
+              ledger["capacity_bytes"].get<double>() + ledger["residual_bytes"].get<double>());
+  }
+  auto bad = test::run_kvlm({"kv-plan", "--preset", "gpt2", "--kv-dtype", "int3"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("unknown KV dtype 'int3'"), std::string::npos) << bad.err;
+}
+
 TEST(EngineCli, BatchReportsThroughputAndPrefixHits) {
   KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "kvlm batch");
   std::string prompts = test::temp_path("prompts.txt");

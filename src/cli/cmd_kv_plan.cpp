@@ -7,15 +7,17 @@
 #include <sstream>
 
 #include "cli/common.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "kernels/kv_quant.h"
 #include "model/synthetic.h"
 
 namespace kvlm::cli {
 
 namespace {
 
-struct PlanArgs {
+struct PlanArgs : KvCodecArgs {
   std::string model, preset;
   int ctx = 0, batch = 1, block_size = 16;
   double memory_gb = 0;
@@ -33,11 +35,18 @@ int run_plan(const PlanArgs& a) {
     weights = synthetic_model_bytes(c);
   }
   const int ctx = a.ctx > 0 ? a.ctx : c.max_seq_len;
+  const DType dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
+  if (!kv_dtype_fits(dtype, c.kv_dim())) fail("KV dtype ", a.kv_dtype, " needs kv_dim divisible by 32, got ", c.kv_dim());
+  const KvRowCodec row{dtype, c.kv_dim(), c.head_dim};
   // Sizes are products of user numbers (ctx x batch x layers x heads ...): computed in long double,
   // which cannot wrap, and clamped when turned back into integers for the report.
   using LD = long double;
-  const LD per_token = static_cast<LD>(c.kv_bytes_per_token(4));
+  // A page row is one position's K or V in the codec's layout (values and any scales), as KvPages
+  // allocates them; beside quantized pages each sequence keeps its newest positions at f32.
+  const LD per_token = 2.0L * c.n_layers * static_cast<LD>(row.bytes());
   const LD per_block = per_token * a.block_size;
+  const int residual = dtype == DType::F32 ? 0 : std::min(a.kv_residual, ctx);
+  const LD residual_per_seq = 2.0L * c.n_layers * residual * c.kv_dim() * 4.0L;
   // A sequence whose every layer slides a window never holds more than window + one block.
   int window_cap = 0;
   bool all_windowed = !c.layer_window.empty();
@@ -47,23 +56,34 @@ int run_plan(const PlanArgs& a) {
   }
   const int tokens_held = all_windowed ? static_cast<int>(std::min<int64_t>(ctx, int64_t{window_cap} + a.block_size)) : ctx;
   const int64_t blocks_per_seq = (int64_t{tokens_held} + a.block_size - 1) / a.block_size;
-  const LD kv_total = static_cast<LD>(blocks_per_seq) * a.batch * per_block;
+  const LD per_seq = static_cast<LD>(blocks_per_seq) * per_block + residual_per_seq;
+  const LD kv_total = per_seq * a.batch;
   const LD memory = a.memory_gb > 0 ? static_cast<LD>(a.memory_gb) * 1e9L : static_cast<LD>(available_memory_bytes());
   const LD need = static_cast<LD>(weights) + kv_total;
   const bool fits = need <= memory;
   const LD left = memory - need;
   const LD room = memory > weights ? memory - weights : 0;
   auto clamp_count = [](LD v) { return static_cast<uint64_t>(std::min<LD>(std::max<LD>(v, 0), 1e18L)); };
-  const uint64_t max_batch = clamp_count(std::floor(room / std::max<LD>(1, blocks_per_seq * per_block)));
-  LD max_ctx_ld = std::floor(room / std::max<LD>(1, a.batch * per_block)) * a.block_size;
+  const uint64_t max_batch = clamp_count(std::floor(room / std::max<LD>(1, per_seq)));
+  const LD residual_at_most = dtype == DType::F32 ? 0 : 2.0L * c.n_layers * a.kv_residual * c.kv_dim() * 4.0L;
+  LD max_ctx_ld = std::floor((room / a.batch - residual_at_most) / std::max<LD>(1, per_block)) * a.block_size;
   if (c.learned_positions) max_ctx_ld = std::min<LD>(max_ctx_ld, c.max_seq_len);
   const uint64_t max_ctx = clamp_count(max_ctx_ld);
   const double kv_total_d = static_cast<double>(kv_total), memory_d = static_cast<double>(memory);
 
+  const std::string L = "2 x " + std::to_string(c.n_layers) + " layers x ";
+  const std::string formula =
+      row.n_params() == 0
+          ? L + std::to_string(c.n_kv_heads) + " kv_heads x " + std::to_string(c.head_dim) + " head_dim x " +
+                std::to_string(row.data_bytes() / c.kv_dim()) + " bytes (" + dtype_name(dtype) + ")"
+          : L + "(" + std::to_string(row.data_bytes()) + " bytes of " + dtype_name(dtype) + " values + " +
+                std::to_string(row.n_params()) + " f32 " + (dtype == DType::Int4 ? "scales and zero points)" : "scales)");
   nlohmann::json j{{"arch", c.arch},
                    {"kv_bytes_per_token", static_cast<double>(per_token)},
-                   {"formula", "2 x " + std::to_string(c.n_layers) + " layers x " + std::to_string(c.n_kv_heads) +
-                                   " kv_heads x " + std::to_string(c.head_dim) + " head_dim x 4 bytes (f32)"},
+                   {"formula", formula},
+                   {"kv_dtype", dtype_name(dtype)},
+                   {"residual_tokens", residual},
+                   {"residual_bytes_per_sequence", static_cast<double>(residual_per_seq)},
                    {"block_size", a.block_size},
                    {"bytes_per_block", static_cast<double>(per_block)},
                    {"ctx", ctx},
@@ -87,6 +107,9 @@ int run_plan(const PlanArgs& a) {
   std::printf("KV block: %d tokens = %.0f bytes; a sequence of %d tokens holds %lld blocks%s\n", a.block_size,
               static_cast<double>(per_block), ctx, static_cast<long long>(blocks_per_seq),
               all_windowed ? " (every layer is windowed)" : "");
+  if (residual > 0)
+    std::printf("f32 window: the newest %d tokens of each sequence, %.0f bytes beside its blocks (--kv-residual)\n", residual,
+                static_cast<double>(residual_per_seq));
   std::printf("batch %d x ctx %d: %.6g GB of KV, weights %.3f GB, memory %.6g GB\n", a.batch, ctx, kv_total_d / 1e9,
               weights / 1e9, memory_d / 1e9);
   std::printf("fits: %s; %s %.6g GB\n", fits ? "yes" : "NO", fits ? "left" : "short by",
@@ -106,6 +129,7 @@ Runner add_kv_plan(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "tokens per sequence (default: the model's context)")->check(CLI::Range(1, 1 << 26));
   sub->add_option("--batch", a->batch, "concurrent sequences (default 1)")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--block-size", a->block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
+  add_kv_codec_options(sub, *a);
   sub->add_option("--memory-gb", a->memory_gb, "memory to plan for (default: MemAvailable)")->check(CLI::Range(0.001, 1e9));
   sub->add_flag("--json", a->json, "print one JSON object");
   return [a] { return run_plan(*a); };

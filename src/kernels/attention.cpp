@@ -27,6 +27,9 @@ void AttnState::reset() {
 #if KVLM_X86
 namespace {
 
+// kvlm's avx2 row: AVX2, FMA and F16C (which widens f16 rows).
+#define KVLM_AVX2 __attribute__((target("avx2,fma,f16c")))
+
 // A head's keys (and values) are rows a whole KV row apart: a strided stream the hardware
 // prefetcher followed poorly (at 16K positions the first load of each key took 80% of the score
 // time). Rows kAhead keys ahead are asked for explicitly; a group's value sums of encoded rows
@@ -37,14 +40,14 @@ constexpr int kAhead = 8, kValueAhead = 32;
 
 // Row readers: load8(j, d) is elements d..d+7 of row j as f32, at(j, d) the byte element d of
 // row j starts at, kBits the bits per element. Encoded rows are widened in registers with the
-// arithmetic of the codec's decoder (kv_quant.cpp: exact for f16 and bf16, one multiply for int8, one
-// fused multiply-add for int4), so every score and value sum is bit-identical to decoding the rows
-// first, without the f32 copy (which cost as much as the arithmetic).
+// arithmetic of the codec's decoder (kv_quant.cpp: exact for f16 and bf16, one multiply for int8,
+// one fused multiply-add for int4), so every score and value sum is bit-identical to decoding the
+// rows first, without the f32 copy (which cost as much as the arithmetic).
 struct F32Rows {
   const float* p;
   size_t stride;
   static constexpr int kBits = 32;
-  __attribute__((target("avx2,fma,f16c"))) __m256 load8(int j, int d) const { return _mm256_loadu_ps(p + j * stride + d); }
+  KVLM_AVX2 __m256 load8(int j, int d) const { return _mm256_loadu_ps(p + j * stride + d); }
   const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
   void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * sizeof(float)); }
 };
@@ -53,7 +56,7 @@ struct Bf16Rows {
   size_t stride;      // values per row
   static constexpr int kBits = 16;
   const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
-  __attribute__((target("avx2,fma,f16c"))) __m256 load8(int j, int d) const {
+  KVLM_AVX2 __m256 load8(int j, int d) const {
     // The eight values in both halves, each moved to the top of its float by one byte shuffle:
     // the same floats in the same lanes as widening then shifting, in one operation fewer.
     const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d)));
@@ -67,7 +70,7 @@ struct Bf16Rows {
 // all 16 registers, and the shuffle's mask left one accumulator in memory, stored and reloaded
 // every key (bf16 decode attention at 16K ran 8-11% longer).
 struct Bf16RowsNoMask : Bf16Rows {
-  __attribute__((target("avx2,fma,f16c"))) __m256 load8(int j, int d) const {
+  KVLM_AVX2 __m256 load8(int j, int d) const {
     const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
   }
@@ -77,7 +80,7 @@ struct F16Rows {
   size_t stride;      // values per row
   static constexpr int kBits = 16;
   const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
-  __attribute__((target("avx2,fma,f16c"))) __m256 load8(int j, int d) const {
+  KVLM_AVX2 __m256 load8(int j, int d) const {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d)));
   }
   void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
@@ -89,7 +92,7 @@ struct Int8Rows {
   size_t pstride;      // parameters per row
   static constexpr int kBits = 8;
   const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
-  __attribute__((target("avx2,fma,f16c"))) __m256 load8(int j, int d) const {
+  KVLM_AVX2 __m256 load8(int j, int d) const {
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j * stride + d));
     return _mm256_mul_ps(_mm256_set1_ps(scale[j * pstride]), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
   }
@@ -102,7 +105,7 @@ struct Int4Rows {
   size_t pstride;      // parameters per row
   static constexpr int kBits = 4;
   const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d / 2); }
-  __attribute__((target("avx2,fma,f16c"))) __m256 load8(int j, int d) const {
+  KVLM_AVX2 __m256 load8(int j, int d) const {
     const int gi = d / 32, o = d % 32;
     uint32_t w;
     std::memcpy(&w, p + j * stride + gi * 16 + o / 2, 4);
@@ -116,7 +119,7 @@ struct Int4Rows {
   void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd / 2); }
 };
 
-__attribute__((target("avx2,fma,f16c"))) float dot_avx2(const float* a, const float* b, int n) {
+KVLM_AVX2 float dot_avx2(const float* a, const float* b, int n) {
   int i = 0;
   __m256 acc = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
@@ -126,13 +129,13 @@ __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const float* a, const fl
 }
 
 // Four dot products at once, reduced together: [a0, a1, a2, a3] summed lane-wise.
-__attribute__((target("avx2,fma,f16c"))) inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+KVLM_AVX2 inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
   const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 // Eight at once with the same tree per vector as reduce4: [a0 .. a7] summed lane-wise.
-__attribute__((target("avx2,fma,f16c"))) inline __m256 reduce8(const __m256* a) {
+KVLM_AVX2 inline __m256 reduce8(const __m256* a) {
   const __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
   const __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
   return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20), _mm256_permute2f128_ps(h0123, h4567, 0x31));
@@ -140,7 +143,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 reduce8(const __m256* a) 
 
 // Eight heads' dot products with key j (lanes = heads), as reduce8 sums them.
 template <class Rows>
-__attribute__((target("avx2,fma,f16c"))) inline __m256 heads8(const float* q0, int hd, const Rows& k, int j) {
+KVLM_AVX2 inline __m256 heads8(const float* q0, int hd, const Rows& k, int j) {
   __m256 a[8];
   for (int x = 0; x < 8; ++x) a[x] = _mm256_setzero_ps();
   for (int d = 0; d < hd; d += 8) {
@@ -152,7 +155,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 heads8(const float* q0, i
 
 // r[x][y] <- r[y][x]: eight keys' vectors of eight heads become eight heads' runs of eight keys.
 // Storing each key's eight scores one float at a time, a row apart, was a fifth of the score time.
-__attribute__((target("avx2,fma,f16c"))) inline void transpose8(__m256* r) {
+KVLM_AVX2 inline void transpose8(__m256* r) {
   __m256 t[8], u[8];
   for (int x = 0; x < 8; x += 2) t[x] = _mm256_unpacklo_ps(r[x], r[x + 1]), t[x + 1] = _mm256_unpackhi_ps(r[x], r[x + 1]);
   for (int x = 0; x < 8; x += 4) {
@@ -168,7 +171,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void transpose8(__m256* r) {
 // One dot product with reduce4's summation tree, so a key's score does not depend on whether it
 // was computed in a batch of four (runs of the cache split batches differently by layout).
 template <class Rows>
-__attribute__((target("avx2,fma,f16c"))) inline float dot_tree(const float* a, const Rows& b, int j, int hd) {
+KVLM_AVX2 inline float dot_tree(const float* a, const Rows& b, int j, int hd) {
   __m256 acc = _mm256_setzero_ps();
   for (int d = 0; d < hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), b.load8(j, d), acc);
   const __m256 z = _mm256_setzero_ps();
@@ -179,7 +182,7 @@ __attribute__((target("avx2,fma,f16c"))) inline float dot_tree(const float* a, c
 // the keys done. HD > 0 is hd known at compile time: with the loops unrolled, TinyLlama-shaped
 // decode attention at 16K ran 7% faster for f32 rows and 5% for bf16 (0: hd read at run time).
 template <int HD, class Rows>
-__attribute__((target("avx2,fma,f16c"))) inline int scores_keys8(const float* q, int g, int hd, float scale, const Rows& k, int n,
+KVLM_AVX2 inline int scores_keys8(const float* q, int g, int hd, float scale, const Rows& k, int n,
                                                             float* s, size_t s_stride) {
   if (HD) hd = HD;
   int j = 0;
@@ -202,7 +205,7 @@ __attribute__((target("avx2,fma,f16c"))) inline int scores_keys8(const float* q,
 // Llama-3-shaped groups of four at a head size of 128 spent half again as long per
 // multiply-add as groups of eight); the g % 4 heads left over key by key.
 template <int HD, class Rows>
-__attribute__((target("avx2,fma,f16c"))) inline int scores_keys8_quads(const float* q, int g, int hd, float scale, const Rows& k,
+KVLM_AVX2 inline int scores_keys8_quads(const float* q, int g, int hd, float scale, const Rows& k,
                                                                   int n, float* s, size_t s_stride) {
   if (HD) hd = HD;
   const __m256 sc = _mm256_set1_ps(scale);
@@ -245,14 +248,14 @@ __attribute__((target("avx2,fma,f16c"))) inline int scores_keys8_quads(const flo
 
 // The blocks of eight keys for a group of 4+ heads: by eights or by fours.
 template <int HD, class Rows>
-__attribute__((target("avx2,fma,f16c"))) inline int scores_blocks(const float* q, int g, int hd, float scale, const Rows& k, int n,
+KVLM_AVX2 inline int scores_blocks(const float* q, int g, int hd, float scale, const Rows& k, int n,
                                                              float* s, size_t s_stride) {
   return g % 8 == 0 ? scores_keys8<HD>(q, g, hd, scale, k, n, s, s_stride) : scores_keys8_quads<HD>(q, g, hd, scale, k, n, s, s_stride);
 }
 
 // hd % 8 == 0 here; f32 rows of other sizes go through scores_f32_any.
 template <class Rows>
-__attribute__((target("avx2,fma,f16c"))) void scores_avx2(const float* q, int g, int hd, float scale, const Rows& k, int n,
+KVLM_AVX2 void scores_avx2(const float* q, int g, int hd, float scale, const Rows& k, int n,
                                                       float* s, size_t s_stride) {
   const __m128 sc = _mm_set1_ps(scale);
   alignas(16) float r[4];
@@ -309,7 +312,7 @@ __attribute__((target("avx2,fma,f16c"))) void scores_avx2(const float* q, int g,
 }
 
 // f32 rows whose head size is not a multiple of 8.
-__attribute__((target("avx2,fma,f16c"))) void scores_f32_any(const float* q, int g, int hd, float scale, const float* k,
+KVLM_AVX2 void scores_f32_any(const float* q, int g, int hd, float scale, const float* k,
                                                          size_t stride, int n, float* s, size_t s_stride) {
   for (int i = 0; i < g; ++i)
     for (int j = 0; j < n; ++j) s[i * s_stride + j] = dot_avx2(q + static_cast<size_t>(i) * hd, k + j * stride, hd) * scale;
@@ -324,7 +327,7 @@ __attribute__((target("avx2,fma,f16c"))) void scores_f32_any(const float* q, int
 // the row kValueAhead keys on.
 enum class Ask { None, Row, Slice };
 template <int H, int S, Ask A, int HD = 0, class Rows>
-__attribute__((target("avx2,fma,f16c"))) void accumulate_tile(float* acc, int hd, const float* p, size_t p_stride, const Rows& v,
+KVLM_AVX2 void accumulate_tile(float* acc, int hd, const float* p, size_t p_stride, const Rows& v,
                                                           int d, int j0, int j1) {
   if (j0 >= j1) return;  // with a loop that might not run, GCC stored every accumulator each key
   __m256 a[H * S];
@@ -352,7 +355,7 @@ __attribute__((target("avx2,fma,f16c"))) void accumulate_tile(float* acc, int hd
 // Per element the keys are still summed in order.
 constexpr int kBlock = 32;
 template <class Rows>
-__attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(AttnState& st, const float* p, size_t p_stride, const Rows& v, int n,
+KVLM_AVX2 void accumulate_avx2(AttnState& st, const float* p, size_t p_stride, const Rows& v, int n,
                                                           int first = 0) {
   const int hd = st.hd;
   for (int j0 = 0; j0 < n; j0 += kBlock) {
@@ -383,7 +386,7 @@ __attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(AttnState& st, con
 // compile time (the Row tile's requests then need no loop, around which GCC stored its twelve
 // accumulators every key: f32 value sums in L1 a quarter faster).
 template <int H, Ask A, int HD = 0, class Rows>
-__attribute__((target("avx2,fma,f16c"))) void accumulate_heads_avx2(float* acc, int hd, const float* p, size_t p_stride,
+KVLM_AVX2 void accumulate_heads_avx2(float* acc, int hd, const float* p, size_t p_stride,
                                                                 const Rows& v, int j0, int j1) {
   constexpr Ask rest = A == Ask::Slice ? Ask::Slice : Ask::None;
   if (HD) hd = HD;
@@ -398,7 +401,7 @@ __attribute__((target("avx2,fma,f16c"))) void accumulate_heads_avx2(float* acc, 
 // four ask for the rows ahead: encoded ones by slices kValueAhead on, f32 ones whole kAhead on
 // (by slices they measured 1-4% slower).
 template <class Rows>
-__attribute__((target("avx2,fma,f16c"))) void accumulate_group_avx2(AttnState& st, const float* p, size_t p_stride, const Rows& v,
+KVLM_AVX2 void accumulate_group_avx2(AttnState& st, const float* p, size_t p_stride, const Rows& v,
                                                                 int n, int first) {
   constexpr Ask kLead = std::is_same_v<Rows, F32Rows> ? Ask::Row : Ask::Slice;
   const int hd = st.hd;
@@ -419,7 +422,7 @@ __attribute__((target("avx2,fma,f16c"))) void accumulate_group_avx2(AttnState& s
 
 // The span's max and sum, 8 lanes at a time: a serial sum of 128 scores was a chain of 128 dependent
 // adds, a fifth of a long-context step. The lanes are summed in a fixed order.
-__attribute__((target("avx2,fma,f16c"))) float max_avx2(const float* s, int n) {
+KVLM_AVX2 float max_avx2(const float* s, int n) {
   __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   int j = 0;
   for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
@@ -432,7 +435,7 @@ __attribute__((target("avx2,fma,f16c"))) float max_avx2(const float* s, int n) {
 }
 // exp(s - mx) in place and its sum: eight lanes summed in key order, then reduce4's tree, then
 // the tail one at a time. The same sum as adding the exponentials afterwards in a second pass.
-__attribute__((target("avx2,fma,f16c"))) float exp_minus_sum_avx2(float* s, int n, float mx) {
+KVLM_AVX2 float exp_minus_sum_avx2(float* s, int n, float mx) {
   const __m256 m = _mm256_set1_ps(mx);
   __m256 a = _mm256_setzero_ps();
   int j = 0;
@@ -458,7 +461,7 @@ __attribute__((target("avx2,fma,f16c"))) float exp_minus_sum_avx2(float* s, int 
 }
 
 // A head's running state rescaled by corr (the same products as one at a time).
-__attribute__((target("avx2,fma,f16c"))) void scale_avx2(float* acc, int hd, float corr) {
+KVLM_AVX2 void scale_avx2(float* acc, int hd, float corr) {
   const __m256 c = _mm256_set1_ps(corr);
   int d = 0;
   for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), c));
