@@ -87,6 +87,39 @@ struct EncodedKv {
   }
 };
 
+// f16 and bf16 rows are encoded eight or sixteen values at a time where the CPU allows: the same
+// bits as the scalar conversions for every float (random bit patterns: subnormals, f16's saturated
+// ends, infinities), NaN staying NaN; row lengths leave scalar tails.
+TEST(IsaKernels, HalfRowEncodingMatchesTheScalarConversions) {
+  for_each_simd_isa([] {
+    std::mt19937 rng(11);
+    for (DType t : {DType::F16, DType::BF16}) {
+      for (int kv_dim : {8, 24, 40, 256}) {
+        KvRowCodec c{t, kv_dim, 8};
+        std::vector<float> x(kv_dim);
+        std::vector<uint16_t> h(kv_dim);
+        for (int round = 0; round < 2000; ++round) {
+          for (float& v : x) {
+            uint32_t bits = static_cast<uint32_t>(rng());  // any float
+            if (round % 2)  // or one of magnitude 2^-27 .. 2^32: f16's subnormals to beyond its range
+              bits = (bits & 0x807fffffu) | (100u + bits % 60u) << 23;
+            std::memcpy(&v, &bits, 4);
+          }
+          c.encode(x.data(), reinterpret_cast<uint8_t*>(h.data()), nullptr);
+          for (int i = 0; i < kv_dim; ++i) {
+            const uint16_t want = t == DType::F16 ? f32_to_f16_saturated(x[i]) : f32_to_bf16(x[i]);
+            if (std::isnan(x[i]) && t == DType::F16) {  // the payload's top bits may differ
+              ASSERT_TRUE((h[i] & 0x7c00) == 0x7c00 && (h[i] & 0x3ff)) << "NaN must stay NaN";
+              continue;
+            }
+            ASSERT_EQ(h[i], want) << dtype_name(t) << " kv_dim " << kv_dim << " value " << x[i];
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST(IsaKernels, EncodedKvReadInRegistersMatchesDecodingFirstBitForBit) {
   for_each_simd_isa([] {
     int widened[2] = {};  // value sums compared, for groups of fewer than 4 heads and of 4+

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/cpu.h"
 #include "core/error.h"
@@ -29,15 +30,69 @@ uint16_t f32_to_f16_saturated(float x) {
   return f32_to_f16(x);
 }
 
+#if KVLM_X86
+namespace {
+// f32_to_f16_saturated eight at a time (vcvtps2ph rounds to nearest even and keeps subnormals, as
+// the scalar does): every prefill row of an f16 cache is encoded, and the scalar conversion's
+// branches cost GPT-2's prefill of 512 tokens ~5%. Returns the values done.
+__attribute__((target("avx2,fma,f16c"))) int encode_f16_avx2(const float* x, uint16_t* h, int n) {
+  const __m256 max = _mm256_set1_ps(65504.0f), inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i), a = _mm256_and_ps(v, abs_mask);
+    // Finite and beyond the range (ordered compares: NaN is neither): the sign with 65504.
+    const __m256 over = _mm256_and_ps(_mm256_cmp_ps(a, max, _CMP_GT_OQ), _mm256_cmp_ps(a, inf, _CMP_LT_OQ));
+    const __m256 sat = _mm256_or_ps(_mm256_andnot_ps(abs_mask, v), max);
+    const __m128i r = _mm256_cvtps_ph(_mm256_blendv_ps(v, sat, over), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), r);
+  }
+  return i;
+}
+// f32_to_bf16 sixteen at a time in integers (vcvtneps2bf16 would flush subnormals): round to
+// nearest even on the top half, NaN kept NaN with its quiet bit; bf16 prefill rows spent as long
+// in the scalar loop as f16's did. Returns the values done.
+__attribute__((target("avx2,fma,f16c"))) inline __m256i bf16_bits_avx2(const float* x) {
+  const __m256 v = _mm256_loadu_ps(x);
+  const __m256i b = _mm256_castps_si256(v), top = _mm256_srli_epi32(b, 16);
+  const __m256i lsb = _mm256_and_si256(top, _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  const __m256i nan = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(rounded, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+__attribute__((target("avx2,fma,f16c"))) int encode_bf16_avx2(const float* x, uint16_t* h, int n) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    // packus works within 128-bit halves: [a0-3 b0-3 a4-7 b4-7], put back in order by 64-bit lanes.
+    const __m256i packed = _mm256_packus_epi32(bf16_bits_avx2(x + i), bf16_bits_avx2(x + i + 8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + i), _mm256_permute4x64_epi64(packed, 0xD8));
+  }
+  return i;
+}
+}  // namespace
+#endif
+
 void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
   switch (dtype) {
     case DType::F16: {
       uint16_t* h = reinterpret_cast<uint16_t*>(data);
-      for (int i = 0; i < kv_dim; ++i) h[i] = f32_to_f16_saturated(x[i]);
+      int i = 0;
+#if KVLM_X86
+      if (isa_at_least(Isa::Avx2)) i = encode_f16_avx2(x, h, kv_dim);
+#endif
+      for (; i < kv_dim; ++i) h[i] = f32_to_f16_saturated(x[i]);
+      return;
+    }
+    case DType::BF16: {
+      uint16_t* h = reinterpret_cast<uint16_t*>(data);
+      int i = 0;
+#if KVLM_X86
+      if (isa_at_least(Isa::Avx2)) i = encode_bf16_avx2(x, h, kv_dim);
+#endif
+      for (; i < kv_dim; ++i) h[i] = f32_to_bf16(x[i]);
       return;
     }
     case DType::F32:
-    case DType::BF16:
       dtype_traits(dtype).from_float(x, data, kv_dim);
       return;
     case DType::Int8:
