@@ -141,52 +141,51 @@ TEST(KvQuant, Int8LogitsStayCloseToF32OnStories260K) {
   EXPECT_LE(test::max_abs_diff(decode_logits(*m, ids, DType::Int4, 64), golden), 1e-4f);
 }
 
-TEST(KvQuant, Int8GreedyGoldenAndPerplexity) {
-  KVLM_NEED_SHARED("golden/stories260K/greedy_once_upon_a_time.json", "int8 KV on the greedy golden and perplexity");
+// stories260K's 200-token greedy golden generated with KV type t (and an f32 window of
+// `residual`), and the perplexity of 2,048 tokens in windows of 512 with no f32 window.
+struct GoldenAndQuality {
+  std::vector<int> got, want;
+  KvQualityResult q;
+};
+GoldenAndQuality golden_and_quality(DType t, int residual) {
   auto g = nlohmann::json::parse(test::read_file(test::shared_path("golden/stories260K/greedy_once_upon_a_time.json")));
   auto m = load_model(test::shared_path("models/stories260K/stories260K.bin"));
   GenerateOptions opt;
   opt.max_new_tokens = 200;
   opt.stop_at_eos = false;
-  opt.kv_dtype = DType::Int8;
-  opt.kv_residual = 128;
-  auto got = generate(*m, g["prompt_ids"].get<std::vector<int>>(), opt).generated;
-  auto want = g["generated_ids"].get<std::vector<int>>();
-  size_t same = 0;
-  while (same < got.size() && got[same] == want[same]) ++same;
-  std::printf("[ measured ] int8 KV (residual 128): greedy golden equal for %zu of 200 tokens\n", same);
-  EXPECT_GE(same, 100u);
-
+  opt.kv_dtype = t;
+  opt.kv_residual = residual;
+  GoldenAndQuality r;
+  r.got = generate(*m, g["prompt_ids"].get<std::vector<int>>(), opt).generated;
+  r.want = g["generated_ids"].get<std::vector<int>>();
   auto toks = nlohmann::json::parse(test::read_file(test::shared_path("golden/stories260K/perplexity_tokens.json")));
   std::vector<int> ids = toks["token_ids"].get<std::vector<int>>();
   ids.resize(2048);
-  KvQualityResult q = kv_quality(*m, ids, 512, DType::Int8, 0);
-  std::printf("[ measured ] int8 KV (residual 0), 2048 tokens: ppl %.4f vs %.4f (%+.3f%%), KLD mean %.2e p99 %.2e, top-1 %.2f%%\n",
-              q.quantized.perplexity, q.f32.perplexity, q.ppl_change_pct, q.kld_mean, q.kld_p99, 100 * q.top1_same);
-  EXPECT_LE(std::fabs(q.ppl_change_pct), 0.5);
-  EXPECT_LT(q.kv_bytes, q.kv_bytes_f32 / 2);
+  r.q = kv_quality(*m, ids, 512, t, 0);
+  std::printf("[ measured ] %s KV (residual 0), 2048 tokens: ppl %.4f vs %.4f (%+.4f%%), KLD mean %.2e p99 %.2e, top-1 %.2f%%\n",
+              dtype_name(t), r.q.quantized.perplexity, r.q.f32.perplexity, r.q.ppl_change_pct, r.q.kld_mean, r.q.kld_p99,
+              100 * r.q.top1_same);
+  return r;
 }
 
-// f16 rows with no f32 window at all: the greedy golden and the perplexity of 2,048 tokens.
+TEST(KvQuant, Int8GreedyGoldenAndPerplexity) {
+  KVLM_NEED_SHARED("golden/stories260K/greedy_once_upon_a_time.json", "int8 KV on the greedy golden and perplexity");
+  const GoldenAndQuality r = golden_and_quality(DType::Int8, 128);
+  size_t same = 0;
+  while (same < r.got.size() && r.got[same] == r.want[same]) ++same;
+  std::printf("[ measured ] int8 KV (residual 128): greedy golden equal for %zu of 200 tokens\n", same);
+  EXPECT_GE(same, 100u);
+  EXPECT_LE(std::fabs(r.q.ppl_change_pct), 0.5);
+  EXPECT_LT(r.q.kv_bytes, r.q.kv_bytes_f32 / 2);
+}
+
+// f16 rows with no f32 window at all: the whole greedy golden, and the perplexity within 0.05%.
 TEST(KvQuant, F16GreedyGoldenAndPerplexity) {
   KVLM_NEED_SHARED("golden/stories260K/greedy_once_upon_a_time.json", "f16 KV on the greedy golden and perplexity");
-  auto g = nlohmann::json::parse(test::read_file(test::shared_path("golden/stories260K/greedy_once_upon_a_time.json")));
-  auto m = load_model(test::shared_path("models/stories260K/stories260K.bin"));
-  GenerateOptions opt;
-  opt.max_new_tokens = 200;
-  opt.stop_at_eos = false;
-  opt.kv_dtype = DType::F16;
-  opt.kv_residual = 0;
-  EXPECT_EQ(generate(*m, g["prompt_ids"].get<std::vector<int>>(), opt).generated, g["generated_ids"].get<std::vector<int>>());
-
-  auto toks = nlohmann::json::parse(test::read_file(test::shared_path("golden/stories260K/perplexity_tokens.json")));
-  std::vector<int> ids = toks["token_ids"].get<std::vector<int>>();
-  ids.resize(2048);
-  KvQualityResult q = kv_quality(*m, ids, 512, DType::F16, 0);
-  std::printf("[ measured ] f16 KV (residual 0), 2048 tokens: ppl %.4f vs %.4f (%+.4f%%), KLD mean %.2e p99 %.2e, top-1 %.2f%%\n",
-              q.quantized.perplexity, q.f32.perplexity, q.ppl_change_pct, q.kld_mean, q.kld_p99, 100 * q.top1_same);
-  EXPECT_LE(std::fabs(q.ppl_change_pct), 0.05);
-  EXPECT_EQ(q.kv_bytes * 2, q.kv_bytes_f32);
+  const GoldenAndQuality r = golden_and_quality(DType::F16, 0);
+  EXPECT_EQ(r.got, r.want);
+  EXPECT_LE(std::fabs(r.q.ppl_change_pct), 0.05);
+  EXPECT_EQ(r.q.kv_bytes * 2, r.q.kv_bytes_f32);
 }
 
 TEST(KvQuant, SlidingWindowMemoryIsConstantPastTheWindow) {

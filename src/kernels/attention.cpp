@@ -51,11 +51,15 @@ struct F32Rows {
   const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
   void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * sizeof(float)); }
 };
-struct Bf16Rows {
+// f16 and bf16 rows: two bytes a value.
+struct HalfRows {
   const uint16_t* p;  // head h's first value of row 0
   size_t stride;      // values per row
   static constexpr int kBits = 16;
   const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
+  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
+};
+struct Bf16Rows : HalfRows {
   KVLM_AVX2 __m256 load8(int j, int d) const {
     // The eight values in both halves, each moved to the top of its float by one byte shuffle:
     // the same floats in the same lanes as widening then shifting, in one operation fewer.
@@ -64,7 +68,6 @@ struct Bf16Rows {
                                          -1, -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
     return _mm256_castsi256_ps(_mm256_shuffle_epi8(b, top));
   }
-  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
 };
 // Bf16Rows widened without a constant, for the value sums' tiles of four heads: they take
 // all 16 registers, and the shuffle's mask left one accumulator in memory, stored and reloaded
@@ -75,15 +78,10 @@ struct Bf16RowsNoMask : Bf16Rows {
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
   }
 };
-struct F16Rows {
-  const uint16_t* p;  // head h's first value of row 0
-  size_t stride;      // values per row
-  static constexpr int kBits = 16;
-  const char* at(int j, int d) const { return reinterpret_cast<const char*>(p + j * stride + d); }
+struct F16Rows : HalfRows {
   KVLM_AVX2 __m256 load8(int j, int d) const {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * stride + d)));
   }
-  void prefetch(int j, int hd) const { prefetch_bytes(p + j * stride, hd * 2); }
 };
 struct Int8Rows {
   const int8_t* p;  // head h's first value of row 0

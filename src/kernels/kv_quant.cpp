@@ -72,26 +72,23 @@ __attribute__((target("avx2,fma,f16c"))) int encode_bf16_avx2(const float* x, ui
 }  // namespace
 #endif
 
+namespace {
+// An f16 or bf16 row: the vector conversion where the CPU has it, the scalar one for the rest.
+void encode_half(bool f16, const float* x, uint16_t* h, int n) {
+  int i = 0;
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) i = f16 ? encode_f16_avx2(x, h, n) : encode_bf16_avx2(x, h, n);
+#endif
+  for (; i < n; ++i) h[i] = f16 ? f32_to_f16_saturated(x[i]) : f32_to_bf16(x[i]);
+}
+}  // namespace
+
 void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
   switch (dtype) {
-    case DType::F16: {
-      uint16_t* h = reinterpret_cast<uint16_t*>(data);
-      int i = 0;
-#if KVLM_X86
-      if (isa_at_least(Isa::Avx2)) i = encode_f16_avx2(x, h, kv_dim);
-#endif
-      for (; i < kv_dim; ++i) h[i] = f32_to_f16_saturated(x[i]);
+    case DType::F16:
+    case DType::BF16:
+      encode_half(dtype == DType::F16, x, reinterpret_cast<uint16_t*>(data), kv_dim);
       return;
-    }
-    case DType::BF16: {
-      uint16_t* h = reinterpret_cast<uint16_t*>(data);
-      int i = 0;
-#if KVLM_X86
-      if (isa_at_least(Isa::Avx2)) i = encode_bf16_avx2(x, h, kv_dim);
-#endif
-      for (; i < kv_dim; ++i) h[i] = f32_to_bf16(x[i]);
-      return;
-    }
     case DType::F32:
       dtype_traits(dtype).from_float(x, data, kv_dim);
       return;
