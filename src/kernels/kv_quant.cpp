@@ -35,7 +35,7 @@ namespace {
 // f32_to_f16_saturated eight at a time (vcvtps2ph rounds to nearest even and keeps subnormals, as
 // the scalar does): every prefill row of an f16 cache is encoded, and the scalar conversion's
 // branches cost GPT-2's prefill of 512 tokens ~5%. Returns the values done.
-__attribute__((target("avx2,fma,f16c"))) int encode_f16_avx2(const float* x, uint16_t* h, int n) {
+__attribute__((target("avx2,fma,f16c"))) int encode_f16_avx2(const float* x, uint8_t* h, int n) {
   const __m256 max = _mm256_set1_ps(65504.0f), inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   int i = 0;
@@ -45,7 +45,7 @@ __attribute__((target("avx2,fma,f16c"))) int encode_f16_avx2(const float* x, uin
     const __m256 over = _mm256_and_ps(_mm256_cmp_ps(a, max, _CMP_GT_OQ), _mm256_cmp_ps(a, inf, _CMP_LT_OQ));
     const __m256 sat = _mm256_or_ps(_mm256_andnot_ps(abs_mask, v), max);
     const __m128i r = _mm256_cvtps_ph(_mm256_blendv_ps(v, sat, over), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), r);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 2 * i), r);
   }
   return i;
 }
@@ -60,12 +60,12 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256i bf16_bits_avx2(const flo
   const __m256i nan = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
   return _mm256_blendv_epi8(rounded, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
 }
-__attribute__((target("avx2,fma,f16c"))) int encode_bf16_avx2(const float* x, uint16_t* h, int n) {
+__attribute__((target("avx2,fma,f16c"))) int encode_bf16_avx2(const float* x, uint8_t* h, int n) {
   int i = 0;
   for (; i + 16 <= n; i += 16) {
     // packus works within 128-bit halves: [a0-3 b0-3 a4-7 b4-7], put back in order by 64-bit lanes.
     const __m256i packed = _mm256_packus_epi32(bf16_bits_avx2(x + i), bf16_bits_avx2(x + i + 8));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + i), _mm256_permute4x64_epi64(packed, 0xD8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + 2 * i), _mm256_permute4x64_epi64(packed, 0xD8));
   }
   return i;
 }
@@ -74,12 +74,17 @@ __attribute__((target("avx2,fma,f16c"))) int encode_bf16_avx2(const float* x, ui
 
 namespace {
 // An f16 or bf16 row: the vector conversion where the CPU has it, the scalar one for the rest.
-void encode_half(bool f16, const float* x, uint16_t* h, int n) {
+// Rows are bytes at any alignment (a page's rows follow one another, int8 and int4 ones with
+// odd sizes), so the values are stored by memcpy.
+void encode_half(bool f16, const float* x, uint8_t* h, int n) {
   int i = 0;
 #if KVLM_X86
   if (isa_at_least(Isa::Avx2)) i = f16 ? encode_f16_avx2(x, h, n) : encode_bf16_avx2(x, h, n);
 #endif
-  for (; i < n; ++i) h[i] = f16 ? f32_to_f16_saturated(x[i]) : f32_to_bf16(x[i]);
+  for (; i < n; ++i) {
+    const uint16_t v = f16 ? f32_to_f16_saturated(x[i]) : f32_to_bf16(x[i]);
+    std::memcpy(h + 2 * i, &v, 2);
+  }
 }
 }  // namespace
 
@@ -87,7 +92,7 @@ void KvRowCodec::encode(const float* x, uint8_t* data, float* params) const {
   switch (dtype) {
     case DType::F16:
     case DType::BF16:
-      encode_half(dtype == DType::F16, x, reinterpret_cast<uint16_t*>(data), kv_dim);
+      encode_half(dtype == DType::F16, x, data, kv_dim);
       return;
     case DType::F32:
       dtype_traits(dtype).from_float(x, data, kv_dim);
