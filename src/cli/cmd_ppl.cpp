@@ -41,7 +41,7 @@ int run_ppl(const PplArgs& a) {
     if (a.json) {
       std::puts(j.dump().c_str());
     } else {
-      std::printf("perplexity %.6f with a %s KV cache (residual %d) vs %.6f with f32: %+.3f%%\n", q.quantized.perplexity,
+      std::printf("perplexity %.6f with %s KV (residual %d) vs %.6f with f32 KV: %+.3f%%\n", q.quantized.perplexity,
                   a.kv_dtype.c_str(), a.kv_residual, q.f32.perplexity, q.ppl_change_pct);
       std::printf("KL divergence vs f32: mean %.3g, p99 %.3g nats | top-1 unchanged %.2f%% | KV %zu vs %zu bytes per window\n",
                   q.kld_mean, q.kld_p99, 100 * q.top1_same, q.kv_bytes, q.kv_bytes_f32);
