@@ -45,8 +45,10 @@ int run_plan(const PlanArgs& a) {
   // allocates them; beside quantized pages each sequence keeps its newest positions at f32.
   const LD per_token = 2.0L * c.n_layers * static_cast<LD>(row.bytes());
   const LD per_block = per_token * a.block_size;
+  // The f32 rows of a sequence's newest `tokens` positions (none beside f32 pages).
+  auto f32_window_bytes = [&](int tokens) { return dtype == DType::F32 ? 0.0L : 2.0L * c.n_layers * tokens * c.kv_dim() * 4.0L; };
   const int residual = dtype == DType::F32 ? 0 : std::min(a.kv_residual, ctx);
-  const LD residual_per_seq = 2.0L * c.n_layers * residual * c.kv_dim() * 4.0L;
+  const LD residual_per_seq = f32_window_bytes(residual);
   // A sequence whose every layer slides a window never holds more than window + one block.
   int window_cap = 0;
   bool all_windowed = !c.layer_window.empty();
@@ -65,8 +67,8 @@ int run_plan(const PlanArgs& a) {
   const LD room = memory > weights ? memory - weights : 0;
   auto clamp_count = [](LD v) { return static_cast<uint64_t>(std::min<LD>(std::max<LD>(v, 0), 1e18L)); };
   const uint64_t max_batch = clamp_count(std::floor(room / std::max<LD>(1, per_seq)));
-  const LD residual_at_most = dtype == DType::F32 ? 0 : 2.0L * c.n_layers * a.kv_residual * c.kv_dim() * 4.0L;
-  LD max_ctx_ld = std::floor((room / a.batch - residual_at_most) / std::max<LD>(1, per_block)) * a.block_size;
+  // At the longest context a sequence's window is whole.
+  LD max_ctx_ld = std::floor((room / a.batch - f32_window_bytes(a.kv_residual)) / std::max<LD>(1, per_block)) * a.block_size;
   if (c.learned_positions) max_ctx_ld = std::min<LD>(max_ctx_ld, c.max_seq_len);
   const uint64_t max_ctx = clamp_count(max_ctx_ld);
   const double kv_total_d = static_cast<double>(kv_total), memory_d = static_cast<double>(memory);
