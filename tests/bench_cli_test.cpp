@@ -29,6 +29,29 @@ TEST(BenchCli, JsonHasTheExperimentAndKvBytes) {
   EXPECT_NE(test::read_file(svg).find("<svg"), std::string::npos);
 }
 
+// Under --kv-dtype the memory section and the roofline's KV bytes are the codec's page rows plus
+// the f32 window, by hand: gptneo_tiny has 2 layers (the second a window of 8) of kv_dim 64 in 4
+// heads of 16, so an int8 row is 64 values + 4 f32 scales = 80 bytes.
+TEST(BenchCli, KvSectionAndRooflineCountTheRunsKvType) {
+  auto r = test::run_kvlm({"bench", "--model", test::fixtures_dir() + "/gptneo_tiny", "--prompt-ids", "1,2,3,4",
+                           "--runs", "1", "--warmup", "0", "--new-tokens", "5", "--cache-on-only", "--kv-dtype", "int8",
+                           "--kv-residual", "4", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& kv = j["kv"];
+  EXPECT_EQ(kv["kv_dtype"], "int8");
+  EXPECT_EQ(kv["bytes_per_token_formula"].get<size_t>(), 2u * 2 * 80);
+  EXPECT_EQ(kv["formula"], "2 x 2 layers x (64 bytes of int8 values + 4 f32 scales)");
+  // int8 rows for 128 + 8 slots, and each layer's 4 newest positions at f32 beside them.
+  EXPECT_EQ(kv["allocated_bytes"].get<size_t>(), 2u * (128 + 8) * 80 + 2u * 2 * 4 * 64 * 4);
+  // 9 positions after the run: the windowed layer keeps 8.
+  EXPECT_EQ(kv["bytes_in_use_at_longest_run"].get<size_t>(), 2u * (9 + 8) * 80 + 2u * 2 * 4 * 64 * 4);
+  // The decode steps' middle position is 4 + 5/2 = 6: each layer reads 4 f32 rows and 2 int8 ones.
+  const auto& roof = j["roofline"];
+  EXPECT_EQ(roof["decode"]["5"]["bytes_per_token"].get<double>() - roof["matrix_bytes"].get<double>(),
+            2.0 * 2 * (4 * 64 * 4 + 2 * 80));
+}
+
 TEST(BenchCli, BadArgumentsAreErrors) {
   auto r = test::run_kvlm({"bench", "--preset", "nope"});
   EXPECT_EQ(r.exit_code, 1);

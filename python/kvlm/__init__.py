@@ -135,7 +135,8 @@ class LLM:
 
     @property
     def info(self) -> Dict[str, Any]:
-        """The model's shape, context, threads, KV type and KV bytes per token (f32)."""
+        """The model's shape, context, threads, KV type, and KV bytes per token in that type (its page
+        rows: values and any scales; the f32 window of the newest positions is apart)."""
         return self._llm.info()
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> List[int]:

@@ -21,6 +21,7 @@
 #include "kernels/dot.h"
 #include "kernels/roofline.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_pages.h"
 #include "model/synthetic.h"
 
 namespace kvlm::cli {
@@ -120,6 +121,8 @@ json sweep(const Model& m, const BenchArgs& a, std::vector<Series>& plot) {
   if (max_pos < 2 * a.sweep_points) fail("--sweep-max ", max_pos, " is too small for the sweep");
   std::vector<int> one = {std::clamp(m.cfg.bos_id, 0, m.cfg.vocab_size - 1)};
   GenerateOptions opt;
+  opt.kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
+  opt.kv_residual = a.kv_residual;
   opt.max_new_tokens = max_pos;
   opt.stop_at_eos = false;
   opt.context = max_pos + 1;
@@ -191,9 +194,7 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
       for (int i = 0; i < a.decode_steps; ++i) forward(m, cache, &tok, 1, LogitsFor::Last, logits);
       double tpot = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / a.decode_steps;
       const double triad = std::max(triad_before, measure_triad_gbps());
-      KvRowCodec codec{dt, c.kv_dim(), c.head_dim};
-      size_t hot = dt == DType::F32 ? 0 : std::min(ctx, a.kv_residual);
-      size_t bytes = 2ull * c.n_layers * ((ctx - hot) * codec.bytes() + hot * c.kv_dim() * 4);
+      const size_t bytes = cache.bytes_read_at(ctx);
       if (!a.quiet) std::fprintf(stderr, "[bench] KV %s at %d: %.2f ms/token\n", name.c_str(), ctx, tpot);
       const double roofline_ms = static_cast<double>(matrix_bytes + bytes) / (triad * 1e9) * 1000;
       rows.push_back({{"kv_dtype", name}, {"context", ctx}, {"tpot_ms", tpot}, {"kv_bytes", bytes},
@@ -273,26 +274,24 @@ json bench_report(const BenchArgs& a) {
       j["speedup"]["tpot_" + k] = ratio(j["results"]["cache_off"]["tpot_ms"][k], j["results"]["cache_on"]["tpot_ms"][k]);
     }
   }
-  // KV memory: the formula, and what the cache actually allocates for the full context.
-  ContiguousKvCache probe(c, c.max_seq_len);  // sizes only: nothing is allocated for the full context
+  // KV memory in the run's KV type: the formula (page rows: values and any scales), and what the
+  // cache allocates (with the f32 window beside quantized rows) for the full context.
+  const DType kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
+  ContiguousKvCache probe(c, c.max_seq_len, kv_dtype, a.kv_residual);  // sizes only: nothing is allocated
   int global_layers = 0;
   for (int w : c.layer_window) global_layers += w == 0 || w >= c.max_seq_len;
   size_t used_tokens = prompt.size() + longest;
-  j["kv"] = {{"bytes_per_token_formula", c.kv_bytes_per_token(4)},
-             {"formula", "2 x " + std::to_string(c.n_layers) + " layers x " + std::to_string(c.n_kv_heads) +
-                             " kv_heads x " + std::to_string(c.head_dim) + " head_dim x 4 bytes"},
+  j["kv"] = {{"kv_dtype", dtype_name(kv_dtype)},
+             {"residual_tokens", kv_dtype == DType::F32 ? 0 : std::min(a.kv_residual, c.max_seq_len)},
+             {"bytes_per_token_formula", KvPages::block_bytes(c, 1, kv_dtype)},
+             {"formula", KvPages::token_bytes_formula(c, kv_dtype)},
              {"allocated_bytes", probe.bytes_for(c.max_seq_len)},  // what the full context would hold
              {"allocated_for_positions", c.max_seq_len},
              {"allocated_bytes_per_position", static_cast<double>(probe.bytes_for(c.max_seq_len)) / c.max_seq_len},
              {"global_layers", global_layers},
              {"windowed_layers", c.n_layers - global_layers},
              {"tokens_at_longest_run", used_tokens},
-             {"bytes_in_use_at_longest_run", [&] {
-                size_t b = 0;
-                for (int l = 0; l < c.n_layers; ++l)
-                  b += 2ull * c.kv_dim() * 4 * std::min<size_t>(used_tokens, probe.layer_slots(l));
-                return b;
-              }()}};
+             {"bytes_in_use_at_longest_run", probe.bytes_for(static_cast<int>(used_tokens))}};
   std::vector<Series> plot;
   if (a.sweep) {
     j["sweep"] = sweep(*m, a, plot);
@@ -304,13 +303,14 @@ json bench_report(const BenchArgs& a) {
   }
   j["peak_rss_bytes"] = peak_rss_bytes();
   if (!a.no_roofline) {
-    // Decode reads every matrix once per token (the embedding only one row) plus the KV so far.
+    // Decode reads every matrix once per token (the embedding only one row) plus the KV so far,
+    // in the run's KV type.
     const size_t matrix_bytes = decode_matrix_bytes(*m);
     double triad = measure_triad_gbps();
     json roof{{"triad_gbps", triad}, {"threads", ThreadPool::global().size()}, {"matrix_bytes", matrix_bytes}};
     for (int n : a.new_tokens) {
-      double ctx = prompt.size() + n / 2.0;  // mean position of the decode steps
-      double bytes = matrix_bytes + ctx * c.kv_bytes_per_token(4);
+      const int ctx = static_cast<int>(prompt.size()) + n / 2;  // the decode steps' middle position
+      double bytes = static_cast<double>(matrix_bytes + probe.bytes_read_at(ctx));
       double tpot = j["results"]["cache_on"]["tpot_ms"][std::to_string(n)]["mean"].get<double>();
       double gbps = bytes / (tpot / 1000) / 1e9;
       roof["decode"][std::to_string(n)] = {{"bytes_per_token", bytes}, {"gbps", gbps}, {"fraction_of_triad", gbps / triad}};

@@ -68,6 +68,9 @@ int run_bench(const BenchArgs& a) {
   std::printf("          a full context holds %.2f MB for %d positions = %.0f bytes/position (%d global layers, %d windowed)\n",
               kv["allocated_bytes"].get<size_t>() / 1e6, max_seq_len, kv["allocated_bytes_per_position"].get<double>(),
               kv["global_layers"].get<int>(), kv["windowed_layers"].get<int>());
+  if (kv["residual_tokens"].get<int>() > 0)
+    std::printf("          beside them the newest %d positions at f32 (--kv-residual), counted below\n",
+                kv["residual_tokens"].get<int>());
   std::printf("          in use after the longest run (%zu tokens): %.2f MB\n", kv["tokens_at_longest_run"].get<size_t>(),
               kv["bytes_in_use_at_longest_run"].get<size_t>() / 1e6);
   std::printf("peak RSS: %.1f MB\n", j["peak_rss_bytes"].get<double>() / 1e6);

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "kernels/kv_quant.h"
+#include "kv/kv_pages.h"
 #include "model/synthetic.h"
 
 namespace kvlm::cli {
@@ -73,16 +74,9 @@ int run_plan(const PlanArgs& a) {
   const uint64_t max_ctx = clamp_count(max_ctx_ld);
   const double kv_total_d = static_cast<double>(kv_total), memory_d = static_cast<double>(memory);
 
-  const std::string L = "2 x " + std::to_string(c.n_layers) + " layers x ";
-  const std::string formula =
-      row.n_params() == 0
-          ? L + std::to_string(c.n_kv_heads) + " kv_heads x " + std::to_string(c.head_dim) + " head_dim x " +
-                std::to_string(row.data_bytes() / c.kv_dim()) + " bytes (" + dtype_name(dtype) + ")"
-          : L + "(" + std::to_string(row.data_bytes()) + " bytes of " + dtype_name(dtype) + " values + " +
-                std::to_string(row.n_params()) + " f32 " + (dtype == DType::Int4 ? "scales and zero points)" : "scales)");
   nlohmann::json j{{"arch", c.arch},
                    {"kv_bytes_per_token", static_cast<double>(per_token)},
-                   {"formula", formula},
+                   {"formula", KvPages::token_bytes_formula(c, dtype)},
                    {"kv_dtype", dtype_name(dtype)},
                    {"residual_tokens", residual},
                    {"residual_bytes_per_sequence", static_cast<double>(residual_per_seq)},

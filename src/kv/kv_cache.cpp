@@ -155,6 +155,17 @@ size_t ContiguousKvCache::bytes_for(int positions) const {
   return b;
 }
 
+size_t ContiguousKvCache::bytes_read_at(int positions) const {
+  const bool quantized = codec_.dtype != DType::F32;
+  size_t b = 0;
+  for (int slots : slots_) {
+    size_t rows = static_cast<size_t>(std::min(positions, slots));
+    size_t f32_rows = quantized ? std::min<size_t>(residual_, rows) : rows;
+    b += 2 * (f32_rows * kv_dim_ * sizeof(float) + (rows - f32_rows) * codec_.bytes());
+  }
+  return b;
+}
+
 size_t ContiguousKvCache::bytes_allocated() const {
   size_t b = 0;
   for (size_t l = 0; l < k_.size(); ++l) b += (k_[l].size() + v_[l].size()) * sizeof(float);

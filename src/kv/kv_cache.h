@@ -100,6 +100,9 @@ class ContiguousKvCache : public KvCache {
   KvSeqStats stats() const override;
   // Bytes this cache would hold once it stores `positions` positions (nothing is allocated).
   size_t bytes_for(int positions) const;
+  // Bytes one decode step's attention reads once the cache holds `positions` positions: each
+  // layer's rows (its window's at most), the newest `residual` at f32 beside quantized rows.
+  size_t bytes_read_at(int positions) const;
   // Slots reserved for one layer (max_len, or its window).
   int layer_slots(int layer) const { return slots_[layer]; }
 

@@ -14,6 +14,16 @@ size_t KvPages::block_bytes(const ModelConfig& cfg, int block_size, DType dtype)
   return 2ull * cfg.n_layers * static_cast<size_t>(block_size) * row.bytes();
 }
 
+std::string KvPages::token_bytes_formula(const ModelConfig& c, DType dtype) {
+  const KvRowCodec row{dtype, c.kv_dim(), c.head_dim};
+  const std::string layers = "2 x " + std::to_string(c.n_layers) + " layers x ";
+  if (row.n_params() == 0)
+    return layers + std::to_string(c.n_kv_heads) + " kv_heads x " + std::to_string(c.head_dim) + " head_dim x " +
+           std::to_string(row.data_bytes() / c.kv_dim()) + " bytes (" + dtype_name(dtype) + ")";
+  return layers + "(" + std::to_string(row.data_bytes()) + " bytes of " + dtype_name(dtype) + " values + " +
+         std::to_string(row.n_params()) + " f32 " + (dtype == DType::Int4 ? "scales and zero points)" : "scales)");
+}
+
 KvPages::KvPages(const ModelConfig& cfg, int block_size, int num_blocks, DType dtype, Device device)
     : block_size_(block_size),
       num_blocks_(num_blocks),

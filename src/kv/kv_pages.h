@@ -8,6 +8,7 @@
 //               quantized pages (f16, bf16, int8, int4): rows are encoded as they are stored
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/buffer.h"
@@ -22,6 +23,8 @@ class KvPages {
           Device device = Device::Host);
   // Bytes one block of `block_size` positions takes (K and V, every layer), before any exists.
   static size_t block_bytes(const ModelConfig& cfg, int block_size, DType dtype);
+  // block_bytes(cfg, 1, dtype) in words: "2 x L layers x ..." with the codec's values and scales.
+  static std::string token_bytes_formula(const ModelConfig& cfg, DType dtype);
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }

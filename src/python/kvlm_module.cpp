@@ -25,6 +25,7 @@
 #include "engine/forward.h"
 #include "engine/generator.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_pages.h"
 #include "model/synthetic.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/text_stream.h"
@@ -277,7 +278,7 @@ class LLM {
     return {{"arch", c.arch}, {"layers", c.n_layers}, {"dim", c.dim}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
             {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"context", context_}, {"bos_id", c.bos_id},
             {"eos_id", c.eos_id}, {"weight_bytes", model_->weight_bytes()}, {"threads", pool_->size()},
-            {"kv_dtype", dtype_name(kv_dtype_)}, {"kv_bytes_per_token", c.kv_bytes_per_token(4)},
+            {"kv_dtype", dtype_name(kv_dtype_)}, {"kv_bytes_per_token", KvPages::block_bytes(c, 1, kv_dtype_)},
             {"has_chat_template", template_ != nullptr}, {"has_tokenizer", tok_ != nullptr},
             {"preset_prompt_ids", preset_ ? json(preset_prompt_ids(c)) : json(nullptr)}};
   }

@@ -171,6 +171,19 @@ def test_bench_has_the_clis_figures():
     assert r["results"]["cache_on"]["tpot_ms"]["4"]["mean"] > 0
 
 
+@pytest.mark.parametrize("kv_dtype, row_bytes", [
+    # stories260K: 5 layers, a K or V row of 4 heads x 8 = 32 values
+    ("f32", 32 * 4), ("f16", 32 * 2), ("bf16", 32 * 2),
+    ("int8", 32 + 4 * 4),      # + one f32 scale per head
+    ("int4", 16 + 2 * 4),      # + one f32 scale and zero point per 32 values
+])
+def test_info_counts_kv_bytes_in_its_kv_type(kv_dtype, row_bytes):
+    need_shared()
+    m = kvlm.LLM(STORIES, threads=1, kv_dtype=kv_dtype)
+    assert m.info["kv_dtype"] == kv_dtype
+    assert m.info["kv_bytes_per_token"] == 2 * 5 * row_bytes
+
+
 @pytest.mark.parametrize("call, exc", [
     (lambda: kvlm.LLM("/nonexistent/model.bin"), kvlm.KvlmError),
     (lambda: kvlm.LLM(__file__), kvlm.KvlmError),  # not a model file
