@@ -52,6 +52,27 @@ TEST(BenchCli, KvSectionAndRooflineCountTheRunsKvType) {
             2.0 * 2 * (4 * 64 * 4 + 2 * 80));
 }
 
+// The KV-type table: each cell's mean and median step, the host's steal around them, and the
+// bytes a step reads by hand: at 64 positions with 16 at f32, the global layer reads 16 f32 rows
+// and 48 int8 ones (80 bytes each), the windowed layer its 8 newest, all f32.
+TEST(BenchCli, KvTypeTableHasMedianStealAndTheBytesRead) {
+  auto r = test::run_kvlm({"bench", "--model", test::fixtures_dir() + "/gptneo_tiny", "--decode-at", "64",
+                           "--kv-dtypes", "f32,int8", "--kv-residual", "16", "--decode-steps", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto t = nlohmann::json::parse(r.out)["kv_types"];
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0]["kv_bytes"].get<size_t>(), 2u * (64 + 8) * 64 * 4);
+  EXPECT_EQ(t[1]["kv_bytes"].get<size_t>(), 2u * (16 * 256 + 48 * 80) + 2u * 8 * 256);
+  for (const auto& c : t) {
+    const double mean = c["tpot_ms"].get<double>(), median = c["tpot_median_ms"].get<double>();
+    EXPECT_GT(median, 0.0);
+    EXPECT_LE(median, 3 * mean);  // three steps: the median is at most their sum
+    EXPECT_NEAR(c["median_over_roofline"].get<double>(), median / c["roofline_ms"].get<double>(), 1e-9);
+    ASSERT_TRUE(c["host_steal_pct"].is_number()) << c.dump();  // Linux's /proc/stat has it
+    EXPECT_GE(c["host_steal_pct"].get<double>(), 0.0);
+  }
+}
+
 TEST(BenchCli, BadArgumentsAreErrors) {
   auto r = test::run_kvlm({"bench", "--preset", "nope"});
   EXPECT_EQ(r.exit_code, 1);

@@ -24,16 +24,21 @@ int run_bench(const BenchArgs& a) {
     const std::string name = j["model"].get<std::string>();
     std::printf("decode with each KV type: %s, %d threads, residual %d f32 positions\n\n", name.c_str(),
                 j["threads"].get<int>(), a.kv_residual);
-    std::printf("%-8s %-9s %-12s %-14s %-13s %-11s %-14s %s\n", "KV type", "context", "TPOT ms", "KV MB", "bytes/token",
-                "triad GB/s", "roofline ms", "x roofline");
-    for (const json& r : t)
-      std::printf("%-8s %-9d %-12.2f %-14.1f %-13.0f %-11.1f %-14.2f %.2f\n", r["kv_dtype"].get<std::string>().c_str(),
-                  r["context"].get<int>(), r["tpot_ms"].get<double>(), r["kv_bytes"].get<size_t>() / 1e6,
-                  r["kv_bytes_per_token"].get<double>(), r["triad_gbps"].get<double>(), r["roofline_ms"].get<double>(),
-                  r["tpot_over_roofline"].get<double>());
+    std::printf("%-8s %-8s %-9s %-9s %-9s %-12s %-10s %-12s %-11s %-9s %s\n", "KV type", "context", "TPOT ms", "median",
+                "KV MB", "bytes/token", "triad GB/s", "roofline ms", "x roofline", "(median)", "steal %");
+    for (const json& r : t) {
+      char steal[16] = "-";
+      if (!r["host_steal_pct"].is_null()) std::snprintf(steal, sizeof steal, "%.1f", r["host_steal_pct"].get<double>());
+      std::printf("%-8s %-8d %-9.2f %-9.2f %-9.1f %-12.0f %-10.1f %-12.2f %-11.2f %-9.2f %s\n",
+                  r["kv_dtype"].get<std::string>().c_str(), r["context"].get<int>(), r["tpot_ms"].get<double>(),
+                  r["tpot_median_ms"].get<double>(), r["kv_bytes"].get<size_t>() / 1e6, r["kv_bytes_per_token"].get<double>(),
+                  r["triad_gbps"].get<double>(), r["roofline_ms"].get<double>(), r["tpot_over_roofline"].get<double>(),
+                  r["median_over_roofline"].get<double>(), steal);
+    }
     if (!t.empty())
       std::printf("\nroofline: %.0f MB of matrices + the KV, read once per step at the triad measured around each row's\n"
-                  "steps (the faster of just before and just after them)\n",
+                  "steps (the faster of just before and just after them). TPOT is the steps' mean, median their\n"
+                  "median step; steal %% is the host's share of this machine's CPU time during them (VMs only)\n",
                   t[0]["matrix_bytes"].get<size_t>() / 1e6);
     return 0;
   }

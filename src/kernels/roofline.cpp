@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "core/thread_pool.h"
 
@@ -27,6 +32,20 @@ double measure_triad_gbps(int reps) {
   volatile float sink = a[n / 2];
   (void)sink;
   return best;
+}
+
+double host_steal_seconds() {
+  std::ifstream f("/proc/stat");
+  std::string line, cpu;
+  if (!std::getline(f, line)) return -1;
+  // "cpu  user nice system idle iowait irq softirq steal ...", in clock ticks
+  std::istringstream in(line);
+  unsigned long long v[8] = {};
+  in >> cpu;
+  for (auto& x : v) in >> x;
+  const long hz = sysconf(_SC_CLK_TCK);
+  if (!in || cpu != "cpu" || hz <= 0) return -1;
+  return static_cast<double>(v[7]) / hz;
 }
 
 }  // namespace kvlm

@@ -8,4 +8,9 @@ namespace kvlm {
 // counted, as STREAM does). Best of `reps`.
 double measure_triad_gbps(int reps = 5);
 
+// Seconds the hypervisor ran something else while this machine's CPUs wanted to run ("steal" in
+// /proc/stat, summed over CPUs), so far; -1 where the kernel does not say. A VM's timings swing
+// with it: two readings around a measurement say how much of it the host took.
+double host_steal_seconds();
+
 }  // namespace kvlm
