@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -15,6 +16,22 @@ constexpr size_t kHuge = size_t{1} << 21;  // a transparent huge page
 constexpr size_t kLine = 64;              // a cache line: what SIMD loads want
 
 size_t huge_rounded(size_t bytes) { return (bytes + kHuge - 1) / kHuge * kHuge; }
+
+// Anonymous pages (zero, and only touched pages cost memory), 2 MiB aligned by mapping one huge
+// page more and trimming the ends; nullptr when the kernel refuses.
+void* map_huge_aligned(size_t rounded) {
+  void* raw = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHuge - 1) / kHuge * kHuge;
+  if (aligned > start) munmap(raw, aligned - start);
+  if (const size_t tail = start + rounded + kHuge - (aligned + rounded); tail > 0)
+    munmap(reinterpret_cast<void*>(aligned + rounded), tail);
+#ifdef MADV_HUGEPAGE
+  madvise(reinterpret_cast<void*>(aligned), rounded, MADV_HUGEPAGE);
+#endif
+  return reinterpret_cast<void*>(aligned);
+}
 
 [[noreturn]] void out_of_memory(size_t bytes) {
   fail("could not allocate ", format_bytes(static_cast<double>(bytes)), " of host memory (",
@@ -38,20 +55,31 @@ void* device_alloc(Device d, size_t bytes) {
     std::memset(p, 0, bytes);
     return p;
   }
-  // Large: anonymous pages (zero, and only touched pages cost memory), 2 MiB aligned by mapping
-  // one huge page more and trimming the ends.
-  const size_t rounded = huge_rounded(bytes);
-  void* raw = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) out_of_memory(bytes);
-  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + kHuge - 1) / kHuge * kHuge;
-  if (aligned > start) munmap(raw, aligned - start);
-  if (const size_t tail = start + rounded + kHuge - (aligned + rounded); tail > 0)
-    munmap(reinterpret_cast<void*>(aligned + rounded), tail);
+  void* p = map_huge_aligned(huge_rounded(bytes));
+  if (!p) out_of_memory(bytes);
+  return p;
+}
+
+void* device_grow(Device d, void* p, size_t old_bytes, size_t new_bytes) {
+  if (d != Device::Host || !p || old_bytes < kHuge || new_bytes <= old_bytes) return nullptr;
+  const size_t old_rounded = huge_rounded(old_bytes), new_rounded = huge_rounded(new_bytes);
+  if (new_rounded == old_rounded) return p;  // the mapping already spans it; its tail is unwritten
+#ifdef MREMAP_FIXED
+  // The pages move onto a fresh aligned range (which mremap unmaps first): aligned as device_alloc's.
+  void* target = map_huge_aligned(new_rounded);
+  if (!target) return nullptr;
+  void* q = mremap(p, old_rounded, new_rounded, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+  if (q == MAP_FAILED) {
+    munmap(target, new_rounded);
+    return nullptr;
+  }
 #ifdef MADV_HUGEPAGE
-  madvise(reinterpret_cast<void*>(aligned), rounded, MADV_HUGEPAGE);
+  madvise(q, new_rounded, MADV_HUGEPAGE);
 #endif
-  return reinterpret_cast<void*>(aligned);
+  return q;
+#else
+  return nullptr;
+#endif
 }
 
 void device_free(Device d, void* p, size_t bytes) {

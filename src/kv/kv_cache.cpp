@@ -31,7 +31,8 @@ ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int max_len, DType 
 
 void ContiguousKvCache::grow(int positions) {
   if (positions <= rows_) return;
-  // Geometric growth up to the limit: memory follows the sequence, never the --ctx ceiling.
+  // Geometric growth up to the limit: memory follows the sequence, never the --ctx ceiling. Large
+  // layers grow by moving their pages (Buffer's device_grow), not by copying them within a step.
   // A ring has not wrapped while positions <= its slots, so growing it keeps every slot in place.
   const int rows = std::min(max_len_, std::max(positions, std::max(64, 2 * rows_)));
   const bool quantized = codec_.dtype != DType::F32;
