@@ -144,25 +144,23 @@ KvSeqStats ContiguousKvCache::stats() const {
   return s;
 }
 
-size_t ContiguousKvCache::bytes_for(int positions) const {
-  const bool quantized = codec_.dtype != DType::F32;
-  size_t b = 0;
-  for (int slots : slots_) {
-    size_t rows = static_cast<size_t>(std::min(positions, slots));
-    size_t f32_rows = quantized ? std::min<size_t>(residual_, positions) : rows;
-    b += 2 * f32_rows * kv_dim_ * sizeof(float);
-    if (quantized) b += 2 * rows * (codec_.data_bytes() + codec_.n_params() * sizeof(float));
-  }
-  return b;
-}
+size_t ContiguousKvCache::bytes_for(int positions) const { return row_bytes(positions, false); }
 
-size_t ContiguousKvCache::bytes_read_at(int positions) const {
-  const bool quantized = codec_.dtype != DType::F32;
+size_t ContiguousKvCache::bytes_read_at(int positions) const { return row_bytes(positions, true); }
+
+size_t ContiguousKvCache::row_bytes(int positions, bool read) const {
   size_t b = 0;
   for (int slots : slots_) {
-    size_t rows = static_cast<size_t>(std::min(positions, slots));
-    size_t f32_rows = quantized ? std::min<size_t>(residual_, rows) : rows;
-    b += 2 * (f32_rows * kv_dim_ * sizeof(float) + (rows - f32_rows) * codec_.bytes());
+    const size_t rows = static_cast<size_t>(std::min(positions, slots));
+    if (codec_.dtype == DType::F32) {
+      b += 2 * rows * kv_dim_ * sizeof(float);
+      continue;
+    }
+    // Beside quantized rows the newest `residual` positions are kept at f32 too (a ring of its
+    // own, whatever the layer's window), and read in place of their codec rows.
+    const size_t f32_rows = std::min<size_t>(residual_, read ? rows : static_cast<size_t>(positions));
+    const size_t codec_rows = read ? rows - f32_rows : rows;
+    b += 2 * (f32_rows * kv_dim_ * sizeof(float) + codec_rows * codec_.bytes());
   }
   return b;
 }

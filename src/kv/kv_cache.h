@@ -110,6 +110,7 @@ class ContiguousKvCache : public KvCache {
   size_t slot(int layer, int pos) const { return static_cast<size_t>(pos % slots_[layer]) * kv_dim_; }
 
   void grow(int positions);  // makes rows for positions [0, positions) of every layer
+  size_t row_bytes(int positions, bool read) const;  // bytes_for (held) or bytes_read_at (read)
 
   int kv_dim_, max_len_, length_ = 0;
   int rows_ = 0;                          // positions every layer has storage for (min'd with its ring)
