@@ -69,10 +69,9 @@ void* device_grow(Device d, void* p, size_t old_bytes, size_t new_bytes) {
   void* target = map_huge_aligned(new_rounded);
   if (!target) return nullptr;
   void* q = mremap(p, old_rounded, new_rounded, MREMAP_MAYMOVE | MREMAP_FIXED, target);
-  if (q == MAP_FAILED) {
-    munmap(target, new_rounded);
-    return nullptr;
-  }
+  // On failure the target is left alone: the kernel may have unmapped it already, and another
+  // thread may have mapped that range since; an untouched reservation costs no memory.
+  if (q == MAP_FAILED) return nullptr;
 #ifdef MADV_HUGEPAGE
   madvise(q, new_rounded, MADV_HUGEPAGE);
 #endif
