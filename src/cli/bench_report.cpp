@@ -300,7 +300,7 @@ json bench_report(const BenchArgs& a) {
   for (int w : c.layer_window) global_layers += w == 0 || w >= c.max_seq_len;
   size_t used_tokens = prompt.size() + longest;
   j["kv"] = {{"kv_dtype", dtype_name(kv_dtype)},
-             {"residual_tokens", kv_dtype == DType::F32 ? 0 : std::min(a.kv_residual, c.max_seq_len)},
+             {"residual_tokens", probe.residual()},
              {"bytes_per_token_formula", KvPages::block_bytes(c, 1, kv_dtype)},
              {"formula", KvPages::token_bytes_formula(c, kv_dtype)},
              {"allocated_bytes", probe.bytes_for(c.max_seq_len)},  // what the full context would hold

@@ -38,13 +38,12 @@ int run_plan(const PlanArgs& a) {
   const int ctx = a.ctx > 0 ? a.ctx : c.max_seq_len;
   const DType dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
   if (!kv_dtype_fits(dtype, c.kv_dim())) fail("KV dtype ", a.kv_dtype, " needs kv_dim divisible by 32, got ", c.kv_dim());
-  const KvRowCodec row{dtype, c.kv_dim(), c.head_dim};
   // Sizes are products of user numbers (ctx x batch x layers x heads ...): computed in long double,
   // which cannot wrap, and clamped when turned back into integers for the report.
   using LD = long double;
-  // A page row is one position's K or V in the codec's layout (values and any scales), as KvPages
+  // A token's page rows (K and V in the codec's layout: values and any scales), as KvPages
   // allocates them; beside quantized pages each sequence keeps its newest positions at f32.
-  const LD per_token = 2.0L * c.n_layers * static_cast<LD>(row.bytes());
+  const LD per_token = static_cast<LD>(KvPages::block_bytes(c, 1, dtype));
   const LD per_block = per_token * a.block_size;
   // The f32 rows of a sequence's newest `tokens` positions (none beside f32 pages).
   auto f32_window_bytes = [&](int tokens) { return dtype == DType::F32 ? 0.0L : 2.0L * c.n_layers * tokens * c.kv_dim() * 4.0L; };

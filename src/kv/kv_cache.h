@@ -93,6 +93,7 @@ class ContiguousKvCache : public KvCache {
   const float* value(int layer, int pos) const { return v_[layer].data() + slot(layer, pos); }
   KvLayerView view(int layer) const override;
   DType dtype() const { return codec_.dtype; }
+  int residual() const { return residual_; }  // newest positions also kept at f32 (0 for f32 caches)
   void set_length(int n) override;
   size_t bytes_allocated() const override;
   std::unique_ptr<KvCache> fork() const override { return std::make_unique<ContiguousKvCache>(*this); }
