@@ -14,8 +14,8 @@ The wrapper's own cost per call (building the ctypes batch, crossing into C) is 
 timing that Python-side work alone, without the decode, and reported. With --rounds N both engines
 are measured N times per file, which goes first alternating, and each round's ratio is printed
 beside the medians: on a VM whose bandwidth drifts, one engine's slow spell shows as a spread.
-kvlm's KV is f32 by default (--kv-dtype); llama.cpp's default KV is f16, so bf16 reads the same
-bytes.
+KV: llama.cpp's default is f16; kvlm's (--kv-dtype auto) is f16 beside these files' quantized
+matrices too (f32 only beside f32 matrices), so by default both read the same KV bytes.
 """
 import argparse
 import ctypes
@@ -200,7 +200,7 @@ def llamacpp_times(path, threads, runs, prompt_ids, decode_n, depth):
     return res
 
 
-def kvlm_times(path, threads, runs, prompt_ids, decode_n, depth, kvlm, kv_dtype="f32"):
+def kvlm_times(path, threads, runs, prompt_ids, decode_n, depth, kvlm, kv_dtype="auto"):
     def bench(prompt, new):
         cmd = [kvlm, "bench", "--model", path, "--prompt-ids", ",".join(map(str, prompt)), "--new-tokens", str(new),
                "--runs", str(runs), "--warmup", "1", "--cache-on-only", "--json", "--threads", str(threads),
@@ -214,6 +214,7 @@ def kvlm_times(path, threads, runs, prompt_ids, decode_n, depth, kvlm, kv_dtype=
     return {"prefill_tps": len(prompt_ids) / (pre["results"]["cache_on"]["ttft_ms"]["mean"] / 1000),
             "decode_empty_tps": tp(empty), "decode_depth_tps": tp(deep),
             "decode_roofline": empty.get("roofline", {}).get("decode", {}).get(str(decode_n), {}),
+            "kv_dtype": deep["kv"]["kv_dtype"],  # what --kv-dtype (auto) resolved to
             "triad_gbps": empty.get("roofline", {}).get("triad_gbps")}
 
 
@@ -231,8 +232,8 @@ def main():
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--kvlm", default=os.path.join(ROOT, "build", "kvlm"))
     ap.add_argument("--workdir", default="/tmp/kvlm_compare_llamacpp")
-    ap.add_argument("--kv-dtype", default="f32",
-                    help="kvlm's KV type (llama.cpp's default KV cache is f16: bf16 reads the same bytes)")
+    ap.add_argument("--kv-dtype", default="auto",
+                    help="kvlm's KV type (default auto: f16 beside quantized matrices, as llama.cpp's default KV)")
     ap.add_argument("--files", help="a folder of llama.cpp-made files {shape}-{type}.gguf (bench/make_llamacpp_files.py);"
                                     " without it, synthetic files are written by the gguf package")
     args = ap.parse_args()
@@ -264,15 +265,15 @@ def main():
     import llama_cpp
     print(f"\nllama-cpp-python {llama_cpp.__version__}, {args.threads} threads, {args.rounds} rounds of {args.runs} runs, "
           f"prefill {args.prompt_tokens} tokens, decode {args.decode_tokens} tokens; KV: llama.cpp f16 (its default), "
-          f"kvlm {args.kv_dtype}")
+          f"kvlm --kv-dtype {args.kv_dtype} (the column kvlm KV: what it ran)")
     print(f"command: {' '.join(sys.argv)}")
     cpu = [l for l in open("/proc/cpuinfo") if l.startswith("flags")][0].split()
     print("CPU SIMD flags:", " ".join(sorted(f for f in cpu if f.startswith(("avx", "fma", "f16c")))))
     print("kvlm kernels:", os.environ.get("KVLM_ISA", "the best the CPU has (core/cpu.h)"), "\n")
     print(f"rounds: {args.rounds} per file, each engine's tok/s the median over them (and over {args.runs} runs in each); "
           "the last column is each round's own ratio")
-    print("| shape | type | file MB | test | llama.cpp tok/s | kvlm tok/s | kvlm / llama.cpp | rounds' ratios |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| shape | type | file MB | kvlm KV | test | llama.cpp tok/s | kvlm tok/s | kvlm / llama.cpp | rounds' ratios |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for shape, qt, depth, lcs, kvs, size in rows:
         for key, label in (("prefill_tps", f"prefill {args.prompt_tokens}"), ("decode_empty_tps", "decode, empty context"),
                            ("decode_depth_tps", f"decode at depth {depth}")):
@@ -281,7 +282,8 @@ def main():
             l, k = statistics.median(per_l), statistics.median(per_k)
             ratios = [b / a for a, b in zip(per_l, per_k)]
             spread = f"{min(ratios):.2f}-{max(ratios):.2f}x" if len(ratios) > 1 else f"{ratios[0]:.2f}x"
-            print(f"| {shape} | {qt} | {size / 1e6:.0f} | {label} | {l:.2f} | {k:.2f} | {k / l:.2f}x | {spread} |")
+            print(f"| {shape} | {qt} | {size / 1e6:.0f} | {kvs[-1]['kv_dtype']} | {label} | {l:.2f} | {k:.2f} | {k / l:.2f}x "
+                  f"| {spread} |")
     print()
     for shape, qt, depth, lcs, kvs, size in rows:
         r = kvs[-1]["decode_roofline"]

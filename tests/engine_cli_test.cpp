@@ -138,6 +138,66 @@ TEST(EngineCli, QuantizedPagesGiveTheContiguousQuantizedTokens) {
 namespace kvlm {
 namespace {
 
+// --kv-dtype auto, the default: f32 KV beside matrices given in f32, f16 beside any other (half,
+// bf16 or quantized), as the file stores them or --weights asks. Every command resolves it alike,
+// kv-plan from the files' headers alone.
+TEST(EngineCli, KvDtypeAutoFollowsTheMatrices) {
+  const std::string fx = test::fixtures_dir();
+  auto plan = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "kv-plan");
+    args.push_back("--json");
+    auto r = test::run_kvlm(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? json::parse(r.out) : json::object();
+  };
+  EXPECT_EQ(plan({"--model", fx + "/llama_tiny"})["kv_dtype"], "f32");
+  EXPECT_EQ(plan({"--model", fx + "/llama_tiny/model-F32.gguf"})["kv_dtype"], "f32");
+  EXPECT_EQ(plan({"--model", fx + "/llama_f16"})["kv_dtype"], "f16");
+  EXPECT_EQ(plan({"--model", fx + "/llama_f16/model-F16.gguf"})["kv_dtype"], "f16");
+  EXPECT_EQ(plan({"--preset", "gpt2"})["kv_dtype"], "f32");  // synthetic f32 matrices
+  const json q8 = plan({"--model", fx + "/llama_tiny/model-Q8_0.gguf"});
+  EXPECT_EQ(q8["kv_dtype"], "f16");
+  EXPECT_EQ(q8["kv_bytes_per_token"].get<double>(), 2.0 * 2 * 2 * 16 * 2);  // K and V, 2 layers, 2 KV heads of 16, 2 B
+  EXPECT_EQ(plan({"--model", fx + "/llama_tiny/model-Q8_0.gguf", "--kv-dtype", "int8"})["kv_dtype"], "int8");
+  EXPECT_EQ(plan({"--model", fx + "/llama_tiny/model-Q8_0.gguf", "--kv-dtype", "f32"})["kv_dtype"], "f32");
+
+  KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "--kv-dtype auto in generate, batch, bench, bench-serving");
+  const std::string model = test::shared_path("models/stories260K/stories260K.bin");
+  const std::string prompts = test::temp_path("auto_prompts.txt");
+  test::write_file(prompts, "Once upon a time\n");
+  for (auto [weights, want] : std::vector<std::pair<std::string, std::string>>{
+           {"", "f32"}, {"f32", "f32"}, {"q8_0", "f16"}, {"q4_0", "f16"}, {"bf16", "f16"}, {"f16", "f16"}}) {
+    SCOPED_TRACE("--weights '" + weights + "'");
+    std::vector<std::string> w;
+    if (!weights.empty()) w = {"--weights", weights};
+    auto with = [&](std::vector<std::string> args) {
+      args.insert(args.end(), w.begin(), w.end());
+      auto r = test::run_kvlm(args);
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      return r.exit_code == 0 ? json::parse(r.out) : json::object();
+    };
+    EXPECT_EQ(with({"generate", "--model", model, "--prompt", "Once", "--max-new-tokens", "3", "--kv-stats", "--json"})
+                  ["kv_ledger"]["page_dtype"], want);
+    EXPECT_EQ(with({"batch", "--model", model, "--prompts", prompts, "--max-new-tokens", "3", "--json"})["kv_dtype"], want);
+    EXPECT_EQ(with({"bench", "--model", model, "--prompt", "Once upon a time", "--new-tokens", "2", "--runs", "1",
+                    "--warmup", "0", "--cache-on-only", "--no-roofline", "--json"})["kv"]["kv_dtype"], want);
+    EXPECT_EQ(with({"bench-serving", "--model", model, "--concurrency", "1", "--runs", "1", "--prompt-tokens", "4",
+                    "--new-tokens", "2", "--prefix-tokens", "0", "--waste-requests", "0", "--json"})["kv_dtype"], want);
+  }
+  // Attention sinks move and re-rotate f32 rows: there auto is f32 whatever the matrices.
+  auto sinks = test::run_kvlm({"generate", "--model", model, "--weights", "q8_0", "--prompt", "Once upon a time",
+                               "--max-new-tokens", "20", "--sink-tokens", "2", "--window", "8", "--kv-stats", "--json"});
+  ASSERT_EQ(sinks.exit_code, 0) << sinks.err;
+  EXPECT_EQ(json::parse(sinks.out)["kv_ledger"]["page_dtype"], "f32");
+  sinks = test::run_kvlm({"batch", "--model", model, "--weights", "q8_0", "--prompts", prompts, "--max-new-tokens", "20",
+                          "--sink-tokens", "2", "--window", "8", "--json"});
+  ASSERT_EQ(sinks.exit_code, 0) << sinks.err;
+  EXPECT_EQ(json::parse(sinks.out)["kv_dtype"], "f32");
+  auto bad = test::run_kvlm({"generate", "--model", model, "--prompt", "Once", "--kv-dtype", "fp8"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("unknown KV dtype 'fp8' (known: auto, f32, f16, bf16, int8, int4)"), std::string::npos) << bad.err;
+}
+
 TEST(EngineCli, KvCapacityInTokensOrBytes) {
   KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "--kv-capacity");
   std::string model = test::shared_path("models/stories260K/stories260K.bin");

@@ -299,3 +299,31 @@ TEST(WeightFormats, EveryMatrixKeepsTheFileTypeAfterLoading) {
 }
 }  // namespace
 }  // namespace kvlm
+
+namespace kvlm {
+namespace {
+// --weights f32 widens a quantized file's matrices: it once left them quantized while `kvlm bench`
+// reported the run as f32. source_format keeps what the matrices were given as (the file's type or
+// the asked one): --kv-dtype auto follows it.
+TEST(WeightFormats, AskedForF32WidensAQuantizedFile) {
+  const std::string fx = test::fixtures_dir();
+  auto stored = load_model(fx + "/llama_tiny/model-Q8_0.gguf");
+  auto wide = load_model(fx + "/llama_tiny/model-Q8_0.gguf", "f32");
+  EXPECT_EQ(stored->source_format, DType::Q8_0);
+  EXPECT_EQ(wide->source_format, DType::F32);
+  for (const LayerWeights& L : wide->layers)
+    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+      if (l->out > 0) {
+        EXPECT_EQ(l->fmt, DType::F32);
+      }
+    }
+  EXPECT_GT(wide->weight_bytes(), 3 * stored->weight_bytes() / 2);
+  EXPECT_NE(wide->fingerprint, stored->fingerprint);
+  EXPECT_EQ(load_model(fx + "/llama_tiny")->source_format, DType::F32);
+  EXPECT_EQ(load_model(fx + "/llama_tiny", "bf16")->source_format, DType::BF16);
+  EXPECT_EQ(load_model(fx + "/llama_f16")->source_format, DType::F16);
+  EXPECT_EQ(load_model(fx + "/llama_f16/model-F16.gguf")->source_format, DType::F16);
+  EXPECT_EQ(load_model(fx + "/llama_f16/model-F16.gguf", "f32")->source_format, DType::F32);
+}
+}  // namespace
+}  // namespace kvlm

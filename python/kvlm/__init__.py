@@ -104,7 +104,8 @@ class LLM:
         path: the model file or folder (whatever `kvlm generate --model` takes).
         tokenizer: the tokenizer, when it is not found beside the model.
         weights: run the matrices as "f32", "f16", "bf16", "q8_0" or "q4_0" (default: as stored).
-        kv_dtype: KV cache element type: "f32" (default), "f16", "bf16", "int8" or "int4".
+        kv_dtype: KV cache element type: "auto" (default: "f32" beside f32 matrices, else "f16"),
+            "f32", "f16", "bf16", "int8" or "int4". `info["kv_dtype"]` says which one runs.
         kv_residual: with a quantized KV, the newest positions also kept at f32 (default 128).
         kv_capacity: KV pool size in tokens for batch() (default: sized by the batch's need).
         threads: compute threads of this object's own pool (default: physical cores).
@@ -113,7 +114,7 @@ class LLM:
     """
 
     def __init__(self, path: str, *, tokenizer: Optional[str] = None, weights: Optional[str] = None,
-                 kv_dtype: str = "f32", kv_residual: int = 128, kv_capacity: Optional[int] = None,
+                 kv_dtype: str = "auto", kv_residual: int = 128, kv_capacity: Optional[int] = None,
                  threads: Optional[int] = None, context: Optional[int] = None,
                  chat_template: Optional[str] = None, _preset: str = "", _seed: int = 0) -> None:
         if chat_template is not None and os.path.isfile(chat_template):

@@ -68,6 +68,7 @@ void check_args(const BenchArgs& a) {
   in(a.runs, kBenchRuns, "runs");
   in(a.warmup, kBenchWarmup, "warmup");
   in(a.kv_residual, kBenchKvResidual, "kv_residual");
+  check_kv_dtype_name(a.kv_dtype);
   in(a.decode_steps, kBenchDecodeSteps, "decode_steps");
   in(a.sweep_max, kBenchSweepMax, "sweep_max");
   in(a.sweep_points, kBenchSweepPoints, "sweep_points");
@@ -225,7 +226,6 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
 
 // Everything a run could trip on is checked before the first (slow) measurement.
 void check_before_runs(const BenchArgs& a, const ModelConfig& c) {
-  parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
   for (const std::string& t : a.kv_dtypes) parse_dtype(t, kInKvPages, "KV dtype");
   for (int ctx : a.decode_at)
     if (ctx + a.decode_steps + 1 > c.max_seq_len && c.learned_positions)
@@ -239,10 +239,12 @@ void check_before_runs(const BenchArgs& a, const ModelConfig& c) {
 
 }  // namespace
 
-json bench_report(const BenchArgs& a) {
-  check_args(a);
+json bench_report(const BenchArgs& asked) {
+  check_args(asked);
   std::string name;
-  std::unique_ptr<Model> m = model_or_preset(a.model, a.preset, a.weights, a.seed, name, a.quiet);
+  std::unique_ptr<Model> m = model_or_preset(asked.model, asked.preset, asked.weights, asked.seed, name, asked.quiet);
+  BenchArgs a = asked;  // with --kv-dtype auto resolved by the model's matrices
+  a.kv_dtype = dtype_name(kv_dtype_for(asked.kv_dtype, *m));
   const ModelConfig& c = m->cfg;
   check_before_runs(a, c);
   if (!a.decode_at.empty()) {  // the KV-type table alone

@@ -21,6 +21,7 @@ struct BatchArgs : ModelArgs, KvCodecArgs, KvPoolArgs, SamplingArgs, SinkArgs, K
 };
 
 int run_batch(const BatchArgs& a) {
+  check_kv_dtype_name(a.kv_dtype);  // before the (slow) model load
   auto model = load_model(a.model, a.weights);
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);
   std::vector<std::string> lines;
@@ -35,7 +36,7 @@ int run_batch(const BatchArgs& a) {
   eo.block_size = a.block_size;
   eo.prefix_cache = !a.no_prefix_cache;
   eo.max_batch_tokens = a.max_batch_tokens;
-  eo.kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
+  eo.kv_dtype = kv_dtype_for(a.kv_dtype, *model, a.window > 0);
   eo.kv_residual = a.kv_residual;
   eo.sink_tokens = a.sink_tokens;
   eo.window = a.window;
@@ -92,6 +93,7 @@ int run_batch(const BatchArgs& a) {
                    {"mean_ttft_ms", ids.size() > static_cast<size_t>(failed) ? ttft / (ids.size() - failed) : 0.0},
                    {"peak_kv_bytes", peak_blocks * e.pool().bytes_per_block()},
                    {"kv_pool_bytes", static_cast<size_t>(e.pool().num_blocks()) * e.pool().bytes_per_block()},
+                   {"kv_dtype", dtype_name(eo.kv_dtype)},
                    {"results", out}};
   if (a.json) {
     std::puts(j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

@@ -26,7 +26,7 @@ namespace {
 using nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 
-struct ServingArgs : ModelArgs {
+struct ServingArgs : ModelArgs, KvCodecArgs {
   std::string preset = "distilgpt2";
   std::vector<int> concurrency = {1, 4, 8, 16};
   int prompt_tokens = 32, new_tokens = 64, prefix_tokens = 400, runs = 3, block_size = 16;
@@ -47,6 +47,15 @@ double ms_since(clock_type::time_point t) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
 }
 
+// Each experiment's engine: the run's block size and KV type (--kv-dtype auto by the model's matrices).
+EngineOptions engine_options(const Model& m, const ServingArgs& a) {
+  EngineOptions eo;
+  eo.block_size = a.block_size;
+  eo.kv_dtype = kv_dtype_for(a.kv_dtype, m);
+  eo.kv_residual = a.kv_residual;
+  return eo;
+}
+
 json concurrency_sweep(const Model& m, const ServingArgs& a) {
   json rows = json::array();
   std::mt19937_64 rng(a.seed);
@@ -54,8 +63,7 @@ json concurrency_sweep(const Model& m, const ServingArgs& a) {
   for (int c : a.concurrency) {
     std::vector<double> rates;
     for (int r = 0; r < a.runs; ++r) {
-      EngineOptions eo;
-      eo.block_size = a.block_size;
+      EngineOptions eo = engine_options(m, a);
       eo.num_blocks = c * ((a.prompt_tokens + a.new_tokens) / a.block_size + 2);
       Engine e(m, eo);
       for (int i = 0; i < c; ++i) e.add({random_ids(rng, a.prompt_tokens, m.cfg.vocab_size), a.new_tokens, {}, false, ""});
@@ -79,8 +87,7 @@ json prefix_ttft(const Model& m, const ServingArgs& a) {
   std::vector<double> miss, hit;
   for (int r = 0; r < a.runs; ++r) {
     std::vector<int> prefix = random_ids(rng, a.prefix_tokens, m.cfg.vocab_size);
-    EngineOptions eo;
-    eo.block_size = a.block_size;
+    EngineOptions eo = engine_options(m, a);
     eo.num_blocks = 2 * ((a.prefix_tokens + 32) / a.block_size + 2);
     Engine e(m, eo);
     for (int k = 0; k < 2; ++k) {
@@ -124,8 +131,7 @@ json tier_ttft(const Model& m, const ServingArgs& a) {
         fail("the shared prefix was not found where it should be (", e.seq(id).reused_tokens, " tokens reused)");
       e.remove(id);
     };
-    EngineOptions eo;
-    eo.block_size = a.block_size;
+    EngineOptions eo = engine_options(m, a);
     eo.num_blocks = blocks;
     eo.context = a.tier_prefix_tokens + 32;
     eo.tiers.host_capacity = static_cast<size_t>(blocks) * KvPages::block_bytes(m.cfg, a.block_size, eo.kv_dtype);
@@ -159,8 +165,7 @@ json tier_ttft(const Model& m, const ServingArgs& a) {
 json waste(const Model& m, const ServingArgs& a) {
   std::mt19937_64 rng(a.seed + 2);
   const int ctx = std::min(m.cfg.max_seq_len, a.waste_max_prompt + a.waste_max_output);
-  EngineOptions eo;
-  eo.block_size = a.block_size;
+  EngineOptions eo = engine_options(m, a);
   eo.context = ctx;
   eo.num_blocks = a.waste_requests * (ctx / a.block_size + 1);
   eo.prefix_cache = false;
@@ -183,8 +188,8 @@ json waste(const Model& m, const ServingArgs& a) {
       peak_seqs = L.seqs.size();
     }
   }
-  // Contiguous mode reserves every live sequence at the maximum length.
-  const size_t per_token = m.cfg.kv_bytes_per_token(4);
+  // Contiguous mode reserves every live sequence at the maximum length (page rows in the run's KV type).
+  const size_t per_token = KvPages::block_bytes(m.cfg, 1, eo.kv_dtype);
   double contiguous_reserved = static_cast<double>(peak_seqs) * ctx * per_token;
   double used = static_cast<double>(peak_tokens) * per_token;
   std::fprintf(stderr, "[bench-serving] waste at peak: paged %.1f%%, contiguous %.1f%%\n", peak.waste_pct(),
@@ -197,6 +202,7 @@ json waste(const Model& m, const ServingArgs& a) {
 
 int run_serving(const ServingArgs& a) {
   std::string name;
+  check_kv_dtype_name(a.kv_dtype);  // before the (slow) model build
   std::unique_ptr<Model> m = model_or_preset(a.model, a.preset, a.weights, a.seed, name);
   // Every cell is checked against the context before any run: no NaN rows, no silent skips.
   const int ctx = m->cfg.max_seq_len;
@@ -206,7 +212,8 @@ int run_serving(const ServingArgs& a) {
     fail("--prefix-tokens ", a.prefix_tokens, " + 17 exceed the model's context of ", ctx, " (0 skips the prefix test)");
   if (a.waste_requests > 0 && a.waste_max_prompt >= ctx)
     fail("--waste-max-prompt ", a.waste_max_prompt, " must be below the model's context of ", ctx);
-  json j{{"model", name}, {"threads", ThreadPool::global().size()}, {"block_size", a.block_size}, {"runs", a.runs}};
+  json j{{"model", name}, {"threads", ThreadPool::global().size()}, {"block_size", a.block_size}, {"runs", a.runs},
+         {"kv_dtype", dtype_name(kv_dtype_for(a.kv_dtype, *m))}, {"kv_residual", a.kv_residual}};
   j["concurrency"] = concurrency_sweep(*m, a);
   if (a.prefix_tokens > 0) j["prefix_ttft"] = prefix_ttft(*m, a);
   if (a.waste_requests > 0) j["waste"] = waste(*m, a);
@@ -215,8 +222,8 @@ int run_serving(const ServingArgs& a) {
     std::puts(j.dump(1).c_str());
     return 0;
   }
-  std::printf("kvlm bench-serving: %s | %d threads | block size %d | median of %d runs\n\n", name.c_str(),
-              ThreadPool::global().size(), a.block_size, a.runs);
+  std::printf("kvlm bench-serving: %s | %d threads | block size %d | KV %s | median of %d runs\n\n", name.c_str(),
+              ThreadPool::global().size(), a.block_size, j["kv_dtype"].get<std::string>().c_str(), a.runs);
   std::printf("%-12s %-22s %s\n", "sequences", "decode tokens/s", "vs first");
   for (auto& r : j["concurrency"])
     std::printf("%-12d %-22.1f %.2fx\n", r["sequences"].get<int>(), r["decode_tokens_per_s"].get<double>(),
@@ -269,6 +276,7 @@ Runner add_bench_serving(CLI::App& app) {
                   "shared prefix for the KV tier test: cold, pool, host and disk hits (default 0 skips)")
       ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--kv-disk-dir", a->kv_disk_dir, "directory of the disk tier there (default: a temporary one)");
+  add_kv_codec_options(sub, *a);
   sub->add_option("--runs", a->runs, "repetitions (default 3)")->check(CLI::Range(1, 1000));
   sub->add_option("--block-size", a->block_size, "tokens per KV block (default 16)")->check(CLI::Range(1, 4096));
   sub->add_option("--seed", a->seed, "seed for weights and token ids");

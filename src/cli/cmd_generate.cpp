@@ -174,8 +174,9 @@ int run_generate(const GenerateArgs& a) {
   if ((!a.kv_save.empty() || !a.kv_load.empty()) && (a.no_kv_cache || a.layout != "paged" || a.parallel > 1))
     fail("--kv-save and --kv-load need the paged KV cache and one sequence");
   if (a.prompt.empty() && a.kv_load.empty()) fail("give --prompt (or --kv-load FILE to continue a saved sequence)");
-  const DType kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");  // before the (slow) model load
+  check_kv_dtype_name(a.kv_dtype);  // before the (slow) model load
   auto model = load_model(a.model, a.weights);
+  const DType kv_dtype = kv_dtype_for(a.kv_dtype, *model, a.window > 0);
   if (a.window > 0 && model->cfg.rope == RopeKind::None)
     fail("attention sinks need a RoPE model: ", model->cfg.arch, " bakes positions into its embeddings");
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);

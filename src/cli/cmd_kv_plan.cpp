@@ -29,15 +29,16 @@ int run_plan(const PlanArgs& a) {
   if (a.model.empty() == a.preset.empty()) fail("kv-plan needs exactly one of --model or --preset");
   size_t weights = 0;
   ModelConfig c;
+  DType source_format = DType::F32;  // a preset's synthetic matrices are f32
   if (!a.model.empty()) {
-    c = load_model_config(a.model, &weights);
+    c = load_model_config(a.model, &weights, &source_format);
   } else {
     c = preset_config(a.preset);
     weights = synthetic_model_bytes(c);
   }
   const int ctx = a.ctx > 0 ? a.ctx : c.max_seq_len;
-  const DType dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
-  if (!kv_dtype_fits(dtype, c.kv_dim())) fail("KV dtype ", a.kv_dtype, " needs kv_dim divisible by 32, got ", c.kv_dim());
+  const DType dtype = kv_dtype_for(a.kv_dtype, source_format);
+  if (!kv_dtype_fits(dtype, c.kv_dim())) fail("KV dtype ", dtype_name(dtype), " needs kv_dim divisible by 32, got ", c.kv_dim());
   // Sizes are products of user numbers (ctx x batch x layers x heads ...): computed in long double,
   // which cannot wrap, and clamped when turned back into integers for the report.
   using LD = long double;

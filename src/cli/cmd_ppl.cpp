@@ -18,15 +18,16 @@ struct PplArgs : ModelArgs, KvCodecArgs {
 };
 
 int run_ppl(const PplArgs& a) {
+  check_kv_dtype_name(a.kv_dtype);  // before the (slow) model load
   auto model = load_model(a.model, a.weights);
   auto tok = load_tokenizer_for(a.model, a.tokenizer, *model);
   std::vector<int> ids = tok->encode_prompt(read_file(a.text));
   if (a.max_tokens > 0 && static_cast<long>(ids.size()) > a.max_tokens) ids.resize(a.max_tokens);
   int window = a.ctx > 0 ? a.ctx : model->cfg.max_seq_len;
-  DType dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
+  const DType dtype = kv_dtype_for(a.kv_dtype, *model);
   if (dtype != DType::F32) {  // decode token by token through both caches and compare
     KvQualityResult q = kv_quality(*model, ids, window, dtype, a.kv_residual);
-    nlohmann::json j{{"kv_dtype", a.kv_dtype},
+    nlohmann::json j{{"kv_dtype", dtype_name(dtype)},
                      {"kv_residual", a.kv_residual},
                      {"perplexity", q.quantized.perplexity},
                      {"perplexity_f32_cache", q.f32.perplexity},
@@ -42,7 +43,7 @@ int run_ppl(const PplArgs& a) {
       std::puts(j.dump().c_str());
     } else {
       std::printf("perplexity %.6f with %s KV (residual %d) vs %.6f with f32 KV: %+.3f%%\n", q.quantized.perplexity,
-                  a.kv_dtype.c_str(), a.kv_residual, q.f32.perplexity, q.ppl_change_pct);
+                  dtype_name(dtype), a.kv_residual, q.f32.perplexity, q.ppl_change_pct);
       std::printf("KL divergence vs f32: mean %.3g, p99 %.3g nats | top-1 unchanged %.2f%% | KV %zu vs %zu bytes per window\n",
                   q.kld_mean, q.kld_p99, 100 * q.top1_same, q.kv_bytes, q.kv_bytes_f32);
     }
@@ -64,7 +65,7 @@ int run_ppl(const PplArgs& a) {
 
 Runner add_ppl(CLI::App& app) {
   auto a = std::make_shared<PplArgs>();
-  CLI::App* sub = app.add_subcommand("ppl", "perplexity over non-overlapping windows; with a --kv-dtype other than f32 it decodes token by token and reports the change against f32 (KLD, top-1)");
+  CLI::App* sub = app.add_subcommand("ppl", "perplexity over non-overlapping windows; with a KV type other than f32 (--kv-dtype, whose auto is f16 beside non-f32 matrices) it decodes token by token and reports the change against f32 (KLD, top-1)");
   add_model_options(sub, *a, kModelRequired | kModelTokenizer);
   sub->add_option("--text", a->text, "text file")->required();
   sub->add_option("--ctx", a->ctx, "window length (default: the model's context)")->check(CLI::Range(2, 1 << 24));

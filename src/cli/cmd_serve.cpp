@@ -51,7 +51,7 @@ std::vector<std::string> keys_from_file(const std::string& path) {
 }
 
 int run_serve(const ServeArgs& a) {
-  const DType kv_dtype = parse_dtype(a.kv_dtype, kInKvPages, "KV dtype");
+  check_kv_dtype_name(a.kv_dtype);  // before the (slow) model load
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
@@ -114,6 +114,7 @@ int run_serve(const ServeArgs& a) {
   std::thread loader([&] {
     try {
       model = load_model(a.model, a.weights);
+      const DType kv_dtype = kv_dtype_for(a.kv_dtype, *model);
       tok = load_tokenizer_for(a.model, a.tokenizer, *model);
       std::string bos, eos;
       std::string source = a.chat_template.empty() ? find_chat_template(a.model, &bos, &eos) : read_file(a.chat_template);

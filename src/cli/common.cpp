@@ -52,6 +52,21 @@ std::unique_ptr<Model> model_or_preset(const std::string& model, const std::stri
   return m;
 }
 
+void check_kv_dtype_name(const std::string& name) { kv_dtype_for(name, DType::F32); }
+
+DType kv_dtype_for(const std::string& name, DType source_format, bool sinks) {
+  if (name == "auto") return sinks ? DType::F32 : auto_kv_dtype(source_format);
+  try {
+    return parse_dtype(name, kInKvPages, "KV dtype");
+  } catch (const KvlmError&) {  // its one refusal, retold with "auto" among the names
+    fail("unknown KV dtype '", name, "' (known: auto, ", dtype_names(kInKvPages), ")");
+  }
+}
+
+DType kv_dtype_for(const std::string& name, const Model& m, bool sinks) {
+  return kv_dtype_for(name, m.source_format, sinks);
+}
+
 std::vector<int> parse_ids(const std::string& s) {
   std::vector<int> ids;
   std::stringstream ss(s);

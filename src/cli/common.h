@@ -22,6 +22,14 @@ std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_path, con
 std::unique_ptr<Model> model_or_preset(const std::string& model, const std::string& preset, const std::string& weights,
                                        uint64_t seed, std::string& name, bool quiet = false);
 
+// A --kv-dtype value: "auto" (the default) is f32 beside matrices given in f32 and f16 beside any
+// other (auto_kv_dtype), and f32 with attention sinks (`sinks`: their cache moves and re-rotates
+// f32 rows); any other value names a KV type, or is refused naming the flag.
+DType kv_dtype_for(const std::string& name, DType source_format, bool sinks = false);  // Model::source_format
+DType kv_dtype_for(const std::string& name, const Model& m, bool sinks = false);
+// The same refusal before the (slow) model load.
+void check_kv_dtype_name(const std::string& name);
+
 // "1,2,3" -> {1,2,3}; throws on anything else.
 std::vector<int> parse_ids(const std::string& s);
 // KV pool capacity from "<N>tok" (or a bare number: tokens), "<N>KB|MB|GB|B": blocks of the pool.

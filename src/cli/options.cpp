@@ -14,7 +14,7 @@ void add_model_options(CLI::App* sub, ModelArgs& a, unsigned which, const std::s
 }
 
 void add_kv_codec_options(CLI::App* sub, KvCodecArgs& a) {
-  sub->add_option("--kv-dtype", a.kv_dtype, "KV element type: f32 (default), f16, bf16, int8, int4");
+  sub->add_option("--kv-dtype", a.kv_dtype, "KV element type: auto (default: f32 beside f32 matrices or with attention sinks, else f16), f32, f16, bf16, int8, int4");
   sub->add_option("--kv-residual", a.kv_residual, "newest positions each sequence keeps f32 beside quantized pages (default 128)")
       ->check(CLI::Range(0, 1 << 24));
 }

@@ -24,7 +24,7 @@ void add_model_options(CLI::App* sub, ModelArgs& a, unsigned which, const std::s
 
 // The KV cache's page codec: --kv-dtype, --kv-residual.
 struct KvCodecArgs {
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = "auto";  // kv_dtype_for
   int kv_residual = 128;
 };
 void add_kv_codec_options(CLI::App* sub, KvCodecArgs& a);

@@ -141,14 +141,17 @@ const DTypeTraits& dtype_traits(DType t) {
 
 const char* dtype_name(DType t) { return dtype_traits(t).name; }
 
-DType parse_dtype(const std::string& name, DTypeRole role, const char* what) {
+std::string dtype_names(DTypeRole role) {
   std::string known;
-  for (const DTypeTraits& r : kTable) {
-    if (!(r.roles & role)) continue;
-    if (name == r.name) return r.type;
-    known += (known.empty() ? "" : ", ") + std::string(r.name);
-  }
-  fail("unknown ", what, " '", name, "' (known: ", known, ")");
+  for (const DTypeTraits& r : kTable)
+    if (r.roles & role) known += (known.empty() ? "" : ", ") + std::string(r.name);
+  return known;
+}
+
+DType parse_dtype(const std::string& name, DTypeRole role, const char* what) {
+  for (const DTypeTraits& r : kTable)
+    if ((r.roles & role) && name == r.name) return r.type;
+  fail("unknown ", what, " '", name, "' (known: ", dtype_names(role), ")");
 }
 
 uint64_t dtype_row_bytes(DType t, uint64_t n, const std::string& what) {

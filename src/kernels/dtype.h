@@ -44,6 +44,8 @@ inline size_t dtype_block(DType t) { return dtype_traits(t).block; }            
 inline size_t dtype_block_bytes(DType t) { return dtype_traits(t).block_bytes; }  // bytes per block (file layout)
 // The type called `name` that may serve `role`; throws listing the names that may.
 DType parse_dtype(const std::string& name, DTypeRole role, const char* what);
+// The names of the types that may serve `role`, comma-separated.
+std::string dtype_names(DTypeRole role);
 // Bytes of a row of n values in the file layout; throws unless n is a multiple of the block.
 uint64_t dtype_row_bytes(DType t, uint64_t n, const std::string& what);
 // Widens n values of type t (file layout) to f32.

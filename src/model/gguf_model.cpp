@@ -106,17 +106,20 @@ ModelConfig gguf_config(const GgufFile& g) {
   return c;
 }
 
+DType gguf_matrix_type(const GgufFile& g) {
+  for (const char* probe : {"blk.0.attn_q.weight", "blk.0.attn_qkv.weight"})
+    if (auto it = g.tensors.all().find(probe); it != g.tensors.all().end()) return it->second.dtype;
+  return DType::F32;
+}
+
 std::unique_ptr<Model> load_gguf_model(const GgufFile& g) {
   const Family& family = gguf_family(g);
   auto m = std::make_unique<Model>();
   m->cfg = gguf_config(g);
   // Run the matrices in the file's type: Q8_0 / Q4_0 re-encode exactly (same scales, same quants).
-  for (const char* probe : {"blk.0.attn_q.weight", "blk.0.attn_qkv.weight"})
-    if (g.tensors.has(probe)) {
-      DType t = g.tensors.get(probe).dtype;
-      // A type Linear runs keeps its type (f16 stays f16); Q4_K / Q6_K run widened to f32.
-      m->stored_format = dtype_traits(t).roles & kAsWeights ? t : DType::F32;
-    }
+  // A type Linear runs keeps its type (f16 stays f16); Q4_K / Q6_K run widened to f32.
+  m->source_format = gguf_matrix_type(g);
+  m->stored_format = dtype_traits(m->source_format).roles & kAsWeights ? m->source_format : DType::F32;
   TensorSource renamed;
   renamed.share_files(g.tensors);
   for (const auto& [name, t] : g.tensors.all()) {

@@ -9,6 +9,8 @@ namespace kvlm {
 
 ModelConfig gguf_config(const GgufFile& g);
 std::unique_ptr<Model> load_gguf_model(const GgufFile& g);
+// The matrices' type in the file: the first layer's query (or fused QKV) matrix's.
+DType gguf_matrix_type(const GgufFile& g);
 
 // Metadata helpers for the families: an integer in [lo, hi], a finite float (fallback if absent).
 int gguf_int(const GgufFile& g, const std::string& key, int lo, int hi);

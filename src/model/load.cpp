@@ -126,15 +126,22 @@ void read_hf_weights(const fs::path& dir, TensorSource& src) {
     if (!src.has(name)) fail(index.string(), ": tensor ", name, " is not in shard ", file.get<std::string>());
 }
 
+// The first layer's query (or fused QKV) matrix stands for the matrices' type in the file.
+DType hf_matrix_type(const TensorSource& src) {
+  for (const char* probe : {"model.layers.0.self_attn.q_proj.weight", "transformer.h.0.attn.c_attn.weight",
+                            "h.0.attn.c_attn.weight", "transformer.h.0.attn.attention.q_proj.weight"})
+    if (auto it = src.all().find(probe); it != src.all().end()) return it->second.dtype;
+  return DType::F32;
+}
+
 std::unique_ptr<Model> load_hf(const fs::path& dir) {
   auto m = std::make_unique<Model>();
   m->cfg = read_hf_config((dir / "config.json").string());
   TensorSource src;
   read_hf_weights(dir, src);
-  for (const char* probe : {"model.layers.0.self_attn.q_proj.weight", "transformer.h.0.attn.c_attn.weight",
-                            "h.0.attn.c_attn.weight", "transformer.h.0.attn.attention.q_proj.weight"})
-    if (src.has(probe))  // half precision stays in its own type: f16 is never narrowed to bf16
-      m->stored_format = dtype_traits(src.get(probe).dtype).roles & kAsWeights ? src.get(probe).dtype : DType::F32;
+  m->source_format = hf_matrix_type(src);
+  // Half precision stays in its own type: f16 is never narrowed to bf16.
+  m->stored_format = dtype_traits(m->source_format).roles & kAsWeights ? m->source_format : DType::F32;
   family_named(m->cfg.arch, dir.string()).bind(src, *m, TensorLayout::HuggingFace);
   m->init_rope();
   return m;
@@ -172,18 +179,26 @@ std::unique_ptr<Model> load_llama2c(const std::string& path) {
 
 }  // namespace
 
-ModelConfig load_model_config(const std::string& path, size_t* weight_bytes) {
+ModelConfig load_model_config(const std::string& path, size_t* weight_bytes, DType* source_format) {
   fs::path p(path);
   size_t bytes = 0;
+  DType format = DType::F32;
   ModelConfig c;
   if (fs::is_directory(p)) {
     c = read_hf_config((p / "config.json").string());
     for (auto& e : fs::directory_iterator(p))
       if (e.path().extension() == ".safetensors") bytes += fs::file_size(e.path());
+    if (source_format) {  // the headers only: the files are mapped, their tensors never touched
+      TensorSource src;
+      read_hf_weights(p, src);
+      format = hf_matrix_type(src);
+    }
   } else if (!fs::exists(p)) {
     fail(path, ": no such file or folder");
   } else if (looks_like_gguf(path)) {
-    c = gguf_config(*read_gguf(path));
+    auto g = read_gguf(path);
+    c = gguf_config(*g);
+    format = gguf_matrix_type(*g);
     bytes = fs::file_size(p);
   } else {
     TensorSource src;
@@ -191,8 +206,11 @@ ModelConfig load_model_config(const std::string& path, size_t* weight_bytes) {
     bytes = fs::file_size(p);
   }
   if (weight_bytes) *weight_bytes = bytes;
+  if (source_format) *source_format = format;
   return c;
 }
+
+DType auto_kv_dtype(DType source_format) { return source_format == DType::F32 ? DType::F32 : DType::F16; }
 
 int Model::convert_weights(DType f) {
   int kept = 0;
@@ -208,6 +226,7 @@ int Model::convert_weights(DType f) {
   for (LayerWeights& L : layers)
     for (Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) conv(*l);
   conv(lm_head);
+  source_format = f;
   // The matrices' types are part of what KV computed by this model depends on.
   fingerprint = Sha256().update(fingerprint.data(), fingerprint.size()).add(f).digest();
   return kept;
@@ -231,8 +250,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& we
   // an asked-for type converts them all; as stored, halves re-encode the matrices that had to be
   // copied (GPT-2's transposed Conv1D) exactly, and nothing is ever narrowed unasked.
   if (!weights.empty()) {
-    DType f = parse_dtype(weights, kAsWeights, "weight type");
-    if (f != DType::F32) m->convert_weights(f);
+    // f32 too: a quantized file's matrices widen (they used to stay quantized under --weights f32).
+    m->convert_weights(parse_dtype(weights, kAsWeights, "weight type"));
   } else if (m->stored_format == DType::F16 || m->stored_format == DType::BF16) {
     m->convert_weights(m->stored_format);
   }

@@ -31,10 +31,13 @@ struct Model {
   Buffer<float> final_norm, final_norm_bias;  // [dim]
   Linear lm_head;                              // [vocab][dim]; empty when tied to tok_emb
   RopeTable rope;                              // RoPE inverse frequencies (none without RoPE)
-  DType stored_format = DType::F32;
+  DType stored_format = DType::F32;  // the type the matrices were bound in (Q4_K / Q6_K: widened to f32)
+  // The matrices' type as given: the file's (Q4_K stays Q4_K), or the one --weights asked for.
+  // It picks the KV type "auto" (auto_kv_dtype).
+  DType source_format = DType::F32;
   // What KV computed by this model must match to be reused by another run (fingerprint.cpp):
   // set by load_model and synthetic_model.
-  std::array<uint8_t, 32> fingerprint{};  // the matrices' type in the file (load keeps it)
+  std::array<uint8_t, 32> fingerprint{};
 
   // Token `tok`'s embedding, widened to f32 into out[dim].
   void embed(int tok, float* out) const;
@@ -59,7 +62,13 @@ std::array<uint8_t, 32> model_fingerprint(const Model& m, const std::string& sou
 // safetensors). Matrices keep the file's type (f32, bf16/f16 -> bf16, Q8_0, Q4_0) unless
 // `weights` names another ("f32", "bf16", "q8_0", "q4_0"; "" = as stored).
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& weights = "");
-// The config alone (no weights read), and the bytes the weight files take on disk.
-ModelConfig load_model_config(const std::string& path, size_t* weight_bytes = nullptr);
+// The config alone (no weights read), the bytes the weight files take on disk, and the
+// matrices' type in the file (from the files' headers).
+ModelConfig load_model_config(const std::string& path, size_t* weight_bytes = nullptr, DType* source_format = nullptr);
+
+// The KV type "auto" stands for: f32 beside matrices given in f32, f16 beside any other (half,
+// bf16 or quantized matrices). f16 is llama.cpp's default KV and vLLM's "auto" follows the
+// model's precision the same way; f16 keeps 11 significant bits to bf16's 8.
+DType auto_kv_dtype(DType source_format);
 
 }  // namespace kvlm

@@ -91,7 +91,8 @@ class LLM {
   LLM(const std::string& path, const std::string& tokenizer, const std::string& weights, const std::string& kv_dtype,
       int kv_residual, int kv_capacity, int threads, int context, const std::string& chat_template,
       const std::string& preset, uint64_t seed)
-      : kv_dtype_(parse_dtype(kv_dtype, kInKvPages, "KV dtype")), kv_residual_(kv_residual), kv_capacity_(kv_capacity) {
+      : kv_residual_(kv_residual), kv_capacity_(kv_capacity) {
+    cli::check_kv_dtype_name(kv_dtype);  // before the (slow) model load
     if (threads < 0 || threads > ThreadPool::kMaxThreads) fail("threads must be in [0, ", ThreadPool::kMaxThreads, "]");
     if (kv_residual < 0) fail("kv_residual must be >= 0");
     if (kv_capacity < 0) fail("kv_capacity must be >= 0 (tokens; 0 = as needed)");
@@ -115,6 +116,7 @@ class LLM {
         no_tokenizer_ = e.what();
       }
     }
+    kv_dtype_ = cli::kv_dtype_for(kv_dtype, *model_);
     context_ = context > 0 ? std::min(context, model_->cfg.max_seq_len) : model_->cfg.max_seq_len;
     std::string src = !chat_template.empty()                     ? chat_template
                       : tok_ && !tok_->chat_template.empty() ? tok_->chat_template
@@ -309,7 +311,7 @@ class LLM {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<ChatTemplate> template_;
-  DType kv_dtype_;
+  DType kv_dtype_ = DType::F32;  // "auto" resolved by the model's matrices
   int kv_residual_, kv_capacity_, context_ = 0;
   mutable std::mutex ledger_mu_;
   json last_ledger_ = json::object();

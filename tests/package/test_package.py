@@ -184,6 +184,16 @@ def test_info_counts_kv_bytes_in_its_kv_type(kv_dtype, row_bytes):
     assert m.info["kv_bytes_per_token"] == 2 * 5 * row_bytes
 
 
+@pytest.mark.parametrize("weights, want", [(None, "f32"), ("f32", "f32"), ("q8_0", "f16"), ("bf16", "f16")])
+def test_kv_dtype_auto_follows_the_matrices(weights, want):
+    # The default KV type: f32 beside f32 matrices (stories260K as stored), f16 beside any other.
+    need_shared()
+    m = kvlm.LLM(STORIES, threads=1, weights=weights)
+    assert m.info["kv_dtype"] == want
+    assert m.info["kv_bytes_per_token"] == 2 * 5 * 32 * (4 if want == "f32" else 2)
+    assert kvlm.LLM(STORIES, threads=1, weights=weights, kv_dtype="int8").info["kv_dtype"] == "int8"
+
+
 @pytest.mark.parametrize("call, exc", [
     (lambda: kvlm.LLM("/nonexistent/model.bin"), kvlm.KvlmError),
     (lambda: kvlm.LLM(__file__), kvlm.KvlmError),  # not a model file

@@ -133,3 +133,18 @@ def test_request_timeout_ends_generation():
         assert all(b["choices"][0]["finish_reason"] == "length" for b in cut)
     finally:
         s.stop()
+
+
+def test_kv_type_auto_follows_the_matrices(server):
+    # The module's server runs stories260K-hf's f32 matrices: f32 pages. Asked to run them as
+    # Q8_0, the default KV type (auto) is f16, llama.cpp's default KV, in the ledger and metrics.
+    assert server.kv()["ledger"]["page_dtype"] == "f32"
+    s = Server("--weights", "q8_0")
+    try:
+        assert s.kv()["ledger"]["page_dtype"] == "f16"
+        status, body, _ = post(s, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})
+        assert status == 200 and body["usage"]["completion_tokens"] == 4
+        _, text, _ = get(s, "/metrics")
+        assert [l for l in text.splitlines() if l.startswith("kvlm:kv_bytes{") and 'precision="f16"' in l], text
+    finally:
+        s.stop()
