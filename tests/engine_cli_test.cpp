@@ -184,6 +184,19 @@ TEST(EngineCli, KvDtypeAutoFollowsTheMatrices) {
     EXPECT_EQ(with({"bench-serving", "--model", model, "--concurrency", "1", "--runs", "1", "--prompt-tokens", "4",
                     "--new-tokens", "2", "--prefix-tokens", "0", "--waste-requests", "0", "--json"})["kv_dtype"], want);
   }
+  // ppl is windowed prefill (f32 attention whatever the KV type): under auto it stays plain
+  // perplexity, and only a KV type named runs the token-by-token comparison.
+  const std::string text = test::temp_path("auto_ppl.txt");
+  test::write_file(text, "Once upon a time there was a little girl. She liked to play in the park with her dog.\n");
+  auto ppl = test::run_kvlm({"ppl", "--model", model, "--weights", "q8_0", "--text", text, "--json"});
+  ASSERT_EQ(ppl.exit_code, 0) << ppl.err;
+  EXPECT_TRUE(json::parse(ppl.out).contains("mean_nll")) << ppl.out;
+  EXPECT_FALSE(json::parse(ppl.out).contains("kld_mean")) << ppl.out;
+  ppl = test::run_kvlm({"ppl", "--model", model, "--weights", "q8_0", "--text", text, "--kv-dtype", "f16", "--json"});
+  ASSERT_EQ(ppl.exit_code, 0) << ppl.err;
+  EXPECT_EQ(json::parse(ppl.out)["kv_dtype"], "f16");
+  EXPECT_TRUE(json::parse(ppl.out).contains("kld_mean")) << ppl.out;
+
   // Attention sinks move and re-rotate f32 rows: there auto is f32 whatever the matrices.
   auto sinks = test::run_kvlm({"generate", "--model", model, "--weights", "q8_0", "--prompt", "Once upon a time",
                                "--max-new-tokens", "20", "--sink-tokens", "2", "--window", "8", "--kv-stats", "--json"});

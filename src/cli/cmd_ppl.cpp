@@ -24,7 +24,9 @@ int run_ppl(const PplArgs& a) {
   std::vector<int> ids = tok->encode_prompt(read_file(a.text));
   if (a.max_tokens > 0 && static_cast<long>(ids.size()) > a.max_tokens) ids.resize(a.max_tokens);
   int window = a.ctx > 0 ? a.ctx : model->cfg.max_seq_len;
-  const DType dtype = kv_dtype_for(a.kv_dtype, *model);
+  // Perplexity itself is windowed prefill, which attends in f32 whatever the KV type: the
+  // token-by-token comparison runs only for a KV type named, never for auto.
+  const DType dtype = a.kv_dtype == "auto" ? DType::F32 : kv_dtype_for(a.kv_dtype, *model);
   if (dtype != DType::F32) {  // decode token by token through both caches and compare
     KvQualityResult q = kv_quality(*model, ids, window, dtype, a.kv_residual);
     nlohmann::json j{{"kv_dtype", dtype_name(dtype)},
@@ -65,7 +67,7 @@ int run_ppl(const PplArgs& a) {
 
 Runner add_ppl(CLI::App& app) {
   auto a = std::make_shared<PplArgs>();
-  CLI::App* sub = app.add_subcommand("ppl", "perplexity over non-overlapping windows; with a KV type other than f32 (--kv-dtype, whose auto is f16 beside non-f32 matrices) it decodes token by token and reports the change against f32 (KLD, top-1)");
+  CLI::App* sub = app.add_subcommand("ppl", "perplexity over non-overlapping windows; with --kv-dtype naming a type other than f32 it decodes token by token and reports the change against f32 (KLD, top-1)");
   add_model_options(sub, *a, kModelRequired | kModelTokenizer);
   sub->add_option("--text", a->text, "text file")->required();
   sub->add_option("--ctx", a->ctx, "window length (default: the model's context)")->check(CLI::Range(2, 1 << 24));
