@@ -59,8 +59,8 @@ struct Model {
 std::array<uint8_t, 32> model_fingerprint(const Model& m, const std::string& source);
 
 // Loads a llama2.c .bin checkpoint, a GGUF file or a Hugging Face folder (config.json +
-// safetensors). Matrices keep the file's type (f32, bf16/f16 -> bf16, Q8_0, Q4_0) unless
-// `weights` names another ("f32", "bf16", "q8_0", "q4_0"; "" = as stored).
+// safetensors). Matrices keep the file's type (widened exactly where no kernel takes it) unless
+// `weights` names another ("f32", "f16", "bf16", "q8_0", "q4_0"; "" = as stored).
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& weights = "");
 // The config alone (no weights read), the bytes the weight files take on disk, and the
 // matrices' type in the file (from the files' headers).
