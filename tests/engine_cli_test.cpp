@@ -1,5 +1,6 @@
 // The paged-cache CLI: generate in every KV layout agrees, --parallel and --kv-stats report,
 // kv-plan answers before loading weights, batch reports throughput and prefix hits.
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -155,6 +156,15 @@ TEST(EngineCli, KvDtypeAutoFollowsTheMatrices) {
   EXPECT_EQ(plan({"--model", fx + "/llama_f16"})["kv_dtype"], "f16");
   EXPECT_EQ(plan({"--model", fx + "/llama_f16/model-F16.gguf"})["kv_dtype"], "f16");
   EXPECT_EQ(plan({"--preset", "gpt2"})["kv_dtype"], "f32");  // synthetic f32 matrices
+  // A config alone (planning before a download), or beside a shard still downloading: the dtype it names.
+  for (auto [fixture, want] : std::vector<std::pair<std::string, std::string>>{{"llama_tiny", "f32"}, {"llama_f16", "f16"}}) {
+    const std::string dir = test::temp_path("config_only_" + fixture);
+    std::filesystem::create_directories(dir);
+    test::write_file(dir + "/config.json", test::read_file(fx + "/" + fixture + "/config.json"));
+    EXPECT_EQ(plan({"--model", dir})["kv_dtype"], want) << fixture;
+    test::write_file(dir + "/model-00001-of-00002.safetensors", "partial");
+    EXPECT_EQ(plan({"--model", dir})["kv_dtype"], want) << fixture << " beside a partial shard";
+  }
   const json q8 = plan({"--model", fx + "/llama_tiny/model-Q8_0.gguf"});
   EXPECT_EQ(q8["kv_dtype"], "f16");
   EXPECT_EQ(q8["kv_bytes_per_token"].get<double>(), 2.0 * 2 * 2 * 16 * 2);  // K and V, 2 layers, 2 KV heads of 16, 2 B

@@ -126,6 +126,20 @@ void read_hf_weights(const fs::path& dir, TensorSource& src) {
     if (!src.has(name)) fail(index.string(), ": tensor ", name, " is not in shard ", file.get<std::string>());
 }
 
+// The weights' type a config names ("torch_dtype", or "dtype" in newer transformers), for a
+// folder without its weights: f32 where it names none, or names a type kvlm does not store.
+DType hf_config_dtype(const std::string& config_path) {
+  const nlohmann::json j = parse_json_strict(read_file(config_path), config_path);
+  for (const char* key : {"torch_dtype", "dtype"})
+    if (j.is_object() && j.contains(key) && j[key].is_string()) {
+      const std::string t = j[key].get<std::string>();
+      if (t == "float16") return DType::F16;
+      if (t == "bfloat16") return DType::BF16;
+      return DType::F32;
+    }
+  return DType::F32;
+}
+
 // The first layer's query (or fused QKV) matrix stands for the matrices' type in the file.
 DType hf_matrix_type(const TensorSource& src) {
   for (const char* probe : {"model.layers.0.self_attn.q_proj.weight", "transformer.h.0.attn.c_attn.weight",
@@ -186,12 +200,21 @@ ModelConfig load_model_config(const std::string& path, size_t* weight_bytes, DTy
   ModelConfig c;
   if (fs::is_directory(p)) {
     c = read_hf_config((p / "config.json").string());
+    bool weights_here = false;
     for (auto& e : fs::directory_iterator(p))
-      if (e.path().extension() == ".safetensors") bytes += fs::file_size(e.path());
-    if (source_format) {  // the headers only: the files are mapped, their tensors never touched
-      TensorSource src;
-      read_hf_weights(p, src);
-      format = hf_matrix_type(src);
+      if (e.path().extension() == ".safetensors") bytes += fs::file_size(e.path()), weights_here = true;
+    if (source_format) {
+      // The files' headers (mapped, their tensors never touched); without them (a config alone, or
+      // a download still under way, which this plan never needed whole) the dtype the config names.
+      format = hf_config_dtype((p / "config.json").string());
+      if (weights_here) {
+        try {
+          TensorSource src;
+          read_hf_weights(p, src);
+          format = hf_matrix_type(src);
+        } catch (const KvlmError&) {
+        }
+      }
     }
   } else if (!fs::exists(p)) {
     fail(path, ": no such file or folder");
