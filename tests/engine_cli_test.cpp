@@ -186,8 +186,11 @@ TEST(EngineCli, KvDtypeAutoFollowsTheMatrices) {
       EXPECT_EQ(r.exit_code, 0) << r.err;
       return r.exit_code == 0 ? json::parse(r.out) : json::object();
     };
-    EXPECT_EQ(with({"generate", "--model", model, "--prompt", "Once", "--max-new-tokens", "3", "--kv-stats", "--json"})
-                  ["kv_ledger"]["page_dtype"], want);
+    const json gen = with({"generate", "--model", model, "--prompt", "Once", "--max-new-tokens", "3", "--kv-stats", "--json"});
+    EXPECT_EQ(gen["kv_ledger"]["page_dtype"], want);
+    EXPECT_EQ(gen["kv_dtype"], want);
+    EXPECT_EQ(with({"generate", "--model", model, "--prompt", "Once", "--max-new-tokens", "3", "--kv-layout", "contiguous",
+                    "--json"})["kv_dtype"], want);
     EXPECT_EQ(with({"batch", "--model", model, "--prompts", prompts, "--max-new-tokens", "3", "--json"})["kv_dtype"], want);
     EXPECT_EQ(with({"bench", "--model", model, "--prompt", "Once upon a time", "--new-tokens", "2", "--runs", "1",
                     "--warmup", "0", "--cache-on-only", "--no-roofline", "--json"})["kv"]["kv_dtype"], want);

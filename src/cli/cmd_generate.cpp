@@ -220,6 +220,7 @@ int run_generate(const GenerateArgs& a) {
     j["tpot_ms"] = o.tpot_ms;
     j["kv_cache_bytes"] = o.kv_bytes;
     j["kv_cache"] = mode;
+    if (!a.no_kv_cache) j["kv_dtype"] = dtype_name(kv_dtype);  // what --kv-dtype (auto) ran
     if (!o.snapshot.is_null()) j["kv_snapshot"] = o.snapshot;
     if (a.kv_stats) j["kv_ledger"] = o.ledger;
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -233,9 +234,10 @@ int run_generate(const GenerateArgs& a) {
   for (const Sample& s : o.samples) generated += s.ids.size();
   double tps = o.tpot_ms > 0 ? 1000.0 / o.tpot_ms : 0.0;
   std::fprintf(stderr,
-               "[kvlm] prompt %zu tokens, generated %zu | TTFT %.2f ms | TPOT %.3f ms (%.1f steps/s) | KV cache %s, "
+               "[kvlm] prompt %zu tokens, generated %zu | TTFT %.2f ms | TPOT %.3f ms (%.1f steps/s) | KV cache %s%s%s, "
                "%zu bytes\n",
-               prompt.size(), generated, o.ttft_ms, o.tpot_ms, tps, mode, o.kv_bytes);
+               prompt.size(), generated, o.ttft_ms, o.tpot_ms, tps, mode, a.no_kv_cache ? "" : " ",
+               a.no_kv_cache ? "" : dtype_name(kv_dtype), o.kv_bytes);
   if (a.kv_stats) std::fputs(o.ledger_text.c_str(), stderr);
   for (const Sample& s : o.samples)
     if (s.finish == FinishReason::Context) {  // never a silent cut

@@ -152,8 +152,8 @@ int run_serve(const ServeArgs& a) {
       b.metrics = &metrics;
       b.context = eo.context;
       http.set_backend(b);
-      std::fprintf(stderr, "[kvlm] serve: ready: %s, context %d, KV pool %d blocks of %d tokens (%s), chat template %s\n",
-                   so.model_name.c_str(), eo.context, eo.num_blocks, a.block_size,
+      std::fprintf(stderr, "[kvlm] serve: ready: %s, context %d, KV pool %d blocks of %d tokens (%s, %s), chat template %s\n",
+                   so.model_name.c_str(), eo.context, eo.num_blocks, a.block_size, dtype_name(kv_dtype),
                    format_bytes(static_cast<double>(eo.num_blocks) * block_bytes).c_str(), tpl ? "yes" : "none");
     } catch (const std::exception& e) {
       load_error = e.what();
