@@ -233,11 +233,11 @@ int run_generate(const GenerateArgs& a) {
   size_t generated = 0;
   for (const Sample& s : o.samples) generated += s.ids.size();
   double tps = o.tpot_ms > 0 ? 1000.0 / o.tpot_ms : 0.0;
+  const std::string cache = a.no_kv_cache ? mode : std::string(mode) + " " + dtype_name(kv_dtype);  // "paged f16"
   std::fprintf(stderr,
-               "[kvlm] prompt %zu tokens, generated %zu | TTFT %.2f ms | TPOT %.3f ms (%.1f steps/s) | KV cache %s%s%s, "
+               "[kvlm] prompt %zu tokens, generated %zu | TTFT %.2f ms | TPOT %.3f ms (%.1f steps/s) | KV cache %s, "
                "%zu bytes\n",
-               prompt.size(), generated, o.ttft_ms, o.tpot_ms, tps, mode, a.no_kv_cache ? "" : " ",
-               a.no_kv_cache ? "" : dtype_name(kv_dtype), o.kv_bytes);
+               prompt.size(), generated, o.ttft_ms, o.tpot_ms, tps, cache.c_str(), o.kv_bytes);
   if (a.kv_stats) std::fputs(o.ledger_text.c_str(), stderr);
   for (const Sample& s : o.samples)
     if (s.finish == FinishReason::Context) {  // never a silent cut

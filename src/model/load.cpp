@@ -128,8 +128,8 @@ void read_hf_weights(const fs::path& dir, TensorSource& src) {
 
 // The weights' type a config names ("torch_dtype", or "dtype" in newer transformers), for a
 // folder without its weights: f32 where it names none, or names a type kvlm does not store.
-DType hf_config_dtype(const std::string& config_path) {
-  const nlohmann::json j = parse_json_strict(read_file(config_path), config_path);
+DType hf_config_dtype(const std::string& config_text, const std::string& label) {
+  const nlohmann::json j = parse_json_strict(config_text, label);
   for (const char* key : {"torch_dtype", "dtype"})
     if (j.is_object() && j.contains(key) && j[key].is_string()) {
       const std::string t = j[key].get<std::string>();
@@ -199,22 +199,28 @@ ModelConfig load_model_config(const std::string& path, size_t* weight_bytes, DTy
   DType format = DType::F32;
   ModelConfig c;
   if (fs::is_directory(p)) {
-    c = read_hf_config((p / "config.json").string());
+    const std::string config_path = (p / "config.json").string(), config_text = read_file(config_path);
+    c = parse_hf_config(config_text, config_path);
     bool weights_here = false;
-    for (auto& e : fs::directory_iterator(p))
-      if (e.path().extension() == ".safetensors") bytes += fs::file_size(e.path()), weights_here = true;
+    for (auto& e : fs::directory_iterator(p)) {
+      if (e.path().extension() != ".safetensors") continue;
+      bytes += fs::file_size(e.path());
+      weights_here = true;
+    }
     if (source_format) {
       // The files' headers (mapped, their tensors never touched); without them (a config alone, or
       // a download still under way, which this plan never needed whole) the dtype the config names.
-      format = hf_config_dtype((p / "config.json").string());
+      bool from_headers = false;
       if (weights_here) {
         try {
           TensorSource src;
           read_hf_weights(p, src);
           format = hf_matrix_type(src);
+          from_headers = true;
         } catch (const KvlmError&) {
         }
       }
+      if (!from_headers) format = hf_config_dtype(config_text, config_path);
     }
   } else if (!fs::exists(p)) {
     fail(path, ": no such file or folder");
