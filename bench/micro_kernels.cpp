@@ -106,7 +106,8 @@ BENCHMARK(BM_qgemm_group<true, false>)->Name("BM_qgemm_q8_0_scalar")->Args({2048
 BENCHMARK(BM_qgemm_group<false, true>)->Name("BM_qgemm_q4_0")->Args({2048, 1})->Args({5632, 1})->Args({2048, 4});
 BENCHMARK(BM_qgemm_group<true, true>)->Name("BM_qgemm_q4_0_scalar")->Args({2048, 1})->Args({2048, 4});
 
-// A Linear layer at TinyLlama's FFN shape, one token (decode) and 64 tokens (prefill).
+// A Linear layer at TinyLlama's FFN shape, one token (decode), 64 and 512 tokens (prefill: on AMX
+// tiles where the CPU has them; KVLM_ISA=avx512 gives the vector kernels beside them).
 void BM_linear(benchmark::State& s) {
   const DType f = static_cast<DType>(s.range(0));
   const int n = static_cast<int>(s.range(1));
@@ -124,6 +125,7 @@ void BM_linear(benchmark::State& s) {
   s.SetLabel(dtype_name(f));
 }
 BENCHMARK(BM_linear)->ArgsProduct({{0, 1, 2, 3}, {1, 64}})->UseRealTime();
+BENCHMARK(BM_linear)->ArgsProduct({{3, 4}, {512}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Every matrix of TinyLlama-1.1B's 22 layers (154, about 1 GB in Q8_0) against 1 to 8 tokens, as
 // one decode step's matmuls read them: from memory, each weight once. The weights' bytes are

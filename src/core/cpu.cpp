@@ -8,10 +8,25 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace kvlm {
 
 namespace {
+
+// Linux hands a process the AMX tile state only when asked (the state is 8 KiB per thread, so
+// the kernel saves it only for processes that want it); asked once, before any thread uses tiles.
+bool os_grants_amx_tiles() {
+#if defined(__x86_64__) && defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -38,14 +53,19 @@ CpuFeatures detect() {
     f.avx512bw = zmm && (b & (1u << 30));
     f.avx512vl = zmm && (b & (1u << 31));
     f.avx512_vnni = zmm && (c & (1u << 11));
+    const bool tiles = (xcr0 & 0x60000) == 0x60000;  // XTILECFG and XTILEDATA
+    f.amx_tile = tiles && (d & (1u << 24));
+    f.amx_int8 = f.amx_tile && (d & (1u << 25));
   }
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = zmm && (a & (1u << 5));
   f.fma = f.fma && ymm;
   f.f16c = f.f16c && ymm;
+  if (f.amx_tile && !os_grants_amx_tiles()) f.amx_tile = f.amx_int8 = false;
 #endif
 #if KVLM_AVX512_EMULATION
   // The AVX-512 kernels run emulated on any AVX2 machine (kernels/avx512_emulation.h).
   if (f.avx2 && f.fma && f.f16c) f.avx512f = f.avx512bw = f.avx512dq = f.avx512vl = f.avx512_vnni = f.avx512_bf16 = true;
+  f.amx_tile = f.amx_int8 = false;  // tiles have no emulation
 #endif
   return f;
 }
@@ -56,6 +76,8 @@ bool has_avx2(const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c; }
 bool has_avx512(const CpuFeatures& f) {
   return has_avx2(f) && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl && f.avx512_vnni;
 }
+// The AMX row: the AVX-512 row's kernels plus int8 tile multiplies for many-token products.
+bool has_amx(const CpuFeatures& f) { return has_avx512(f) && f.amx_tile && f.amx_int8; }
 bool always(const CpuFeatures&) { return true; }
 
 #if defined(__x86_64__)
@@ -68,6 +90,7 @@ const IsaRow kIsas[] = {
     {Isa::Scalar, "scalar", always, true},
     {Isa::Avx2, "avx2", has_avx2, kX86},     // AVX2 + FMA + F16C (the packed weights' f16 scales)
     {Isa::Avx512, "avx512", has_avx512, kX86},   // F/BW/DQ/VL + VNNI; where no own kernel, the AVX2 one runs
+    {Isa::Amx, "amx", has_amx, kX86},            // + AMX-TILE/INT8 (Sapphire Rapids on); else the AVX-512 kernels
 };
 
 Isa choose() {
@@ -79,7 +102,7 @@ Isa choose() {
     const IsaRow* row = nullptr;
     for (const IsaRow& r : kIsas)
       if (std::strcmp(r.name, cap) == 0) row = &r;
-    if (!row) fail("KVLM_ISA='", cap, "' is not an instruction set kvlm knows (scalar, avx2, avx512)");
+    if (!row) fail("KVLM_ISA='", cap, "' is not an instruction set kvlm knows (scalar, avx2, avx512, amx)");
     if (static_cast<int>(row->isa) < static_cast<int>(best)) best = row->isa;
   }
   return best;
@@ -116,6 +139,8 @@ std::string CpuFeatures::flags() const {
   add(avx512vl, "avx512vl");
   add(avx512_vnni, "avx512_vnni");
   add(avx512_bf16, "avx512_bf16");
+  add(amx_tile, "amx_tile");
+  add(amx_int8, "amx_int8");
 #if KVLM_AVX512_EMULATION
   add(true, "(avx512 emulated)");
 #endif

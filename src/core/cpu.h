@@ -1,7 +1,7 @@
 // The CPU's features, detected once, and the one table of instruction sets kvlm's kernels are
 // built for. A kernel asks isa_at_least(Isa::Avx2); a new ISA is one row here (plus its kernels).
 //
-// KVLM_ISA=scalar|avx2|avx512 (environment) caps the choice below what the CPU offers, so the
+// KVLM_ISA=scalar|avx2|avx512|amx (environment) caps the choice below what the CPU offers, so the
 // scalar twins can run end to end on any machine (tests do), and a benchmark can pin an ISA.
 #pragma once
 #include <string>
@@ -30,6 +30,9 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool avx512_vnni = false, avx512_bf16 = false;
+  // Intel AMX: tile registers and their int8 multiply, with the OS saving the tiles (XCR0) and
+  // granting this process their state (Linux asks for it once, with arch_prctl).
+  bool amx_tile = false, amx_int8 = false;
   std::string flags() const;  // the detected flags, space-separated (for benchmark records)
 };
 
@@ -40,13 +43,14 @@ const CpuFeatures& cpu_features();
 bool avx512_emulated();
 
 // Ordered: a higher ISA implies the lower ones' kernels run too.
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Amx = 3 };
+constexpr Isa kTopIsa = Isa::Amx;  // the default cap: no cap
 
 struct IsaRow {
   Isa isa;
   const char* name;
   bool (*supported)(const CpuFeatures&);  // what the CPU must have for this row's kernels
-  bool has_kernels;                       // kvlm ships kernels for it (AVX-512: not yet)
+  bool has_kernels;                       // kvlm ships kernels for it (false where not yet)
 };
 // Every ISA kvlm knows, lowest first.
 const IsaRow* isa_table(int* n);
@@ -57,7 +61,7 @@ Isa active_isa();
 const char* isa_name(Isa isa);
 // This thread's cap on top of that: an execution context's choice (kernels/context.h). Thread
 // pools carry the submitting thread's cap to their workers for each job.
-inline thread_local Isa t_isa_cap = Isa::Avx512;
+inline thread_local Isa t_isa_cap = kTopIsa;
 // The ISA kernels run at under `cap`: the lower of the cap and active_isa().
 inline Isa capped_isa(Isa cap) { return static_cast<int>(cap) < static_cast<int>(active_isa()) ? cap : active_isa(); }
 inline Isa thread_isa() { return capped_isa(t_isa_cap); }

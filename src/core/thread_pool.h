@@ -78,7 +78,7 @@ class ThreadPool {
   std::condition_variable wake_cv_;
   const std::function<void(size_t, size_t)>* job_ = nullptr;
   size_t job_n_ = 0;
-  Isa job_isa_ = Isa::Avx512;  // the submitting thread's ISA cap, applied by the workers
+  Isa job_isa_ = kTopIsa;  // the submitting thread's ISA cap, applied by the workers
   std::exception_ptr job_error_;  // the first exception a worker's slice threw
   size_t job_grain_ = 0;          // 0: one fixed slice per thread; else a stealing job's piece size
   // A stealing job's unclaimed items per thread, [front, back) packed as back << 32 | front; one

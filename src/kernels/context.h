@@ -18,9 +18,9 @@ namespace kvlm {
 class Context {
  public:
   // Owns a pool of `threads` (0: the physical cores). Throws KvlmError if the threads cannot start.
-  explicit Context(int threads, Isa isa_cap = Isa::Avx512);
+  explicit Context(int threads, Isa isa_cap = kTopIsa);
   // Uses the process pool (ThreadPool::global(): sized by --threads, or a ThreadPool::Scope's).
-  explicit Context(Isa isa_cap = Isa::Avx512);
+  explicit Context(Isa isa_cap = kTopIsa);
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 

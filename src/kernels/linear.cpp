@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "kernels/q6k.h"
 #include "kernels/qgemm.h"
+#include "kernels/qgemm_amx.h"
 
 namespace kvlm {
 
@@ -102,20 +103,47 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
   }
   const size_t gbytes = q_group_bytes(fmt, in / 32);
   const int groups = (out + kGroupRows - 1) / kGroupRows;
-  // Each group of 8 weight rows stays in L1 while every token tile of up to 4 passes over it.
-  run(groups, [&](size_t g0, size_t g1) {
+  // Tokens [t_begin, n) of groups [g, g + count) through the 1-4 token kernels, each group of 8
+  // weight rows staying in L1 while every token tile passes over it.
+  auto vector_tiles = [&](int g_begin, int count, int t_begin) {
     float tile[4][kGroupRows];
-    for (size_t g = g0; g < g1; ++g) {
-      const int rows = std::min(kGroupRows, out - static_cast<int>(g) * kGroupRows);
-      for (int t0 = 0; t0 < n; t0 += 4) {
+    for (int g = g_begin; g < g_begin + count; ++g) {
+      const int rows = std::min(kGroupRows, out - g * kGroupRows);
+      for (int t0 = t_begin; t0 < n; t0 += 4) {
         const int nt = std::min(4, n - t0);
         qgemm_group(fmt, packed.data() + g * gbytes, acts, t0, nt, tile);
         for (int t = 0; t < nt; ++t)
           for (int i = 0; i < rows; ++i) {
-            const size_t r = g * kGroupRows + i;
+            const size_t r = static_cast<size_t>(g) * kGroupRows + i;
             y[static_cast<size_t>(t0 + t) * out + r] = tile[t][i] + (B ? B[r] : 0.0f);
           }
       }
+    }
+  };
+  if (n < kAmxTokens || !amx_usable()) {
+    run(groups, [&](size_t g0, size_t g1) { vector_tiles(static_cast<int>(g0), static_cast<int>(g1 - g0), 0); });
+    return;
+  }
+  // AMX: 16-token tiles over pairs of groups (16 rows); the last n % 16 tokens as above. Both give
+  // the scalar twin's values bit for bit, so a token's outputs do not depend on its batch.
+  const int full = n / kAmxTokens * kAmxTokens;
+  run((groups + 1) / 2, [&](size_t p0, size_t p1) {
+    float tile[kAmxTokens][kAmxRows];
+    for (size_t p = p0; p < p1; ++p) {
+      const int g = static_cast<int>(2 * p), count = std::min(2, groups - g);
+      const int rows = std::min(kAmxRows, out - g * kGroupRows);
+      {
+        AmxGroupPair pair(fmt, packed.data() + g * gbytes, count, in / 32);
+        for (int t0 = 0; t0 < full; t0 += kAmxTokens) {
+          pair.multiply(acts, t0, tile);
+          for (int t = 0; t < kAmxTokens; ++t)
+            for (int i = 0; i < rows; ++i) {
+              const size_t r = static_cast<size_t>(g) * kGroupRows + i;
+              y[static_cast<size_t>(t0 + t) * out + r] = tile[t][i] + (B ? B[r] : 0.0f);
+            }
+        }
+      }
+      vector_tiles(g, count, full);
     }
   });
 }

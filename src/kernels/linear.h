@@ -1,7 +1,8 @@
 // Linear: a dense layer y[n][out] = x[n][in] * W^T + b, with W in f32, f16, bf16, Q8_0, Q4_0 or Q6_K.
 // Q8_0 and Q4_0 are repacked at load into groups of 8 interleaved rows (kernels/qgemm.h); Q6_K
 // runs as the file stores it (kernels/q6k.h);
-// activations are quantized to Q8_0 per call (as llama.cpp does) and multiplied in int8.
+// activations are quantized to Q8_0 per call (as llama.cpp does) and multiplied in int8: on AMX
+// tiles where the CPU has them and 16 or more tokens come at once (kernels/qgemm_amx.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>

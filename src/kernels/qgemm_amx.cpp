@@ -1,0 +1,217 @@
+#include "kernels/qgemm_amx.h"
+
+#include "core/cpu.h"
+#include "core/buffer.h"
+#include "core/error.h"
+
+#include <cstring>
+
+// The tiles exist on x86-64 only, and have no emulation (the AVX-512 emulation build leaves them out).
+#if KVLM_X86 && !KVLM_AVX512_EMULATION
+#define KVLM_AMX 1
+#include <immintrin.h>
+#else
+#define KVLM_AMX 0
+#endif
+
+namespace kvlm {
+
+bool amx_usable() { return KVLM_AMX && isa_at_least(Isa::Amx); }
+
+#if KVLM_AMX
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8")
+// GCC's 512-bit conversions start from an undefined vector that -Wmaybe-uninitialized reports
+// once inlined; nothing is read uninitialized (as attention_avx512.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace {
+constexpr size_t kScaleBytes = kGroupRows * sizeof(uint16_t);
+constexpr int kQuads = 8;                          // a block's 32 values as 8 quads: the B tile's rows
+constexpr int kQuadBytes = kAmxRows * 4;           // one B-tile row: a quad of each of the 16 rows
+constexpr size_t kTileBytes = kQuads * kQuadBytes;  // one block's B tile: 512 bytes
+
+// The tile registers, by number (the intrinsics paste the number into the instruction): two sets,
+// even blocks on the first, odd ones on the second.
+#define KVLM_TILE_A0 0  // 16 tokens x 32 int8: one block of each token's activations
+#define KVLM_TILE_B0 1  // 8 quads x (16 rows x 4 int8): the pair's block
+#define KVLM_TILE_C0 2  // 16 tokens x 16 rows of int32: the block's sums
+#define KVLM_TILE_A1 3
+#define KVLM_TILE_B1 4
+#define KVLM_TILE_C1 5
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+void configure_tiles() {
+  TileConfig c;
+  auto set = [&c](int tile, int rows, int bytes) {
+    c.rows[tile] = static_cast<uint8_t>(rows);
+    c.bytes_per_row[tile] = static_cast<uint16_t>(bytes);
+  };
+  for (int s : {0, 3}) {  // A, B, C of each set
+    set(s + 0, kAmxTokens, 32);
+    set(s + 1, kQuads, kQuadBytes);
+    set(s + 2, kAmxTokens, kAmxRows * 4);
+  }
+  // GCC's ldtilecfg names only the config's first 8 bytes as read: keep every store before it.
+  asm volatile("" ::: "memory");
+  _tile_loadconfig(&c);
+}
+
+// Group g's 8 rows of one packed block into columns 8g..8g+7 of the pair's B tile. Q8_0: quad j
+// is chunk j as it is. Q4_0: chunk j's low nibbles are quad j (values 4j..4j+3), its high nibbles
+// quad j + 4 (values 16 + 4j..), both less the format's offset of 8.
+void place_block(DType f, const uint8_t* blk, int g, int8_t* tile) {
+  const uint8_t* q = blk + kScaleBytes;
+  int8_t* col = tile + g * kGroupRows * 4;
+  if (f == DType::Q8_0) {
+    for (int j = 0; j < kQuads; ++j)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(col + j * kQuadBytes),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j)));
+    return;
+  }
+  const __m256i low = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
+  for (int j = 0; j < 4; ++j) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j));
+    const __m256i lo = _mm256_sub_epi8(_mm256_and_si256(raw, low), eight);
+    const __m256i hi = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), eight);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(col + j * kQuadBytes), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(col + (j + 4) * kQuadBytes), hi);
+  }
+}
+
+// The pair's B tiles and f32 scales, block by block.
+void build_tiles(DType f, const uint8_t* first, int groups, int nb, int8_t* tiles, float* scales) {
+  const size_t bb = q_block_bytes(f);
+  for (int b = 0; b < nb; ++b) {
+    int8_t* tile = tiles + static_cast<size_t>(b) * kTileBytes;
+    float* scale = scales + static_cast<size_t>(b) * kAmxRows;
+    for (int g = 0; g < 2; ++g) {
+      if (g < groups) {
+        const uint8_t* blk = first + (static_cast<size_t>(g) * nb + b) * bb;
+        place_block(f, blk, g, tile);
+        _mm256_storeu_ps(scale + g * kGroupRows, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk))));
+      } else {  // the last group alone: zero rows, zero scales
+        for (int j = 0; j < kQuads; ++j) std::memset(tile + j * kQuadBytes + g * kGroupRows * 4, 0, kGroupRows * 4);
+        std::memset(scale + g * kGroupRows, 0, kGroupRows * sizeof(float));
+      }
+    }
+  }
+}
+
+// (Helpers for the constructor and destructor: GCC does not apply the target pragma to their clones.)
+void release_tiles() { _tile_release(); }
+
+// This thread's scratch for the pair it holds: kept between pairs, so that a layer's hundreds of
+// pairs do not each allocate (and fault in) fresh pages.
+struct PairScratch {
+  Buffer<int8_t> tiles;
+  Buffer<float> scales;
+  bool in_use = false;
+};
+thread_local PairScratch t_scratch;
+}  // namespace
+
+AmxGroupPair::AmxGroupPair(DType f, const uint8_t* first, int groups, int nb) : nb_(nb) {
+  KVLM_CHECK(f == DType::Q8_0 || f == DType::Q4_0, "AMX multiplies Q8_0 or Q4_0, not ", dtype_name(f));
+  KVLM_CHECK(groups == 1 || groups == 2, "an AMX pair is 1 or 2 groups, not ", groups);
+  KVLM_CHECK(amx_usable(), "AMX tiles asked for where this thread may not use them");
+  KVLM_CHECK(!t_scratch.in_use, "one AMX pair at a time per thread");
+  if (t_scratch.tiles.size() < static_cast<size_t>(nb) * kTileBytes) {
+    t_scratch.tiles.resize(static_cast<size_t>(nb) * kTileBytes);
+    t_scratch.scales.resize(static_cast<size_t>(nb) * kAmxRows);
+  }
+  t_scratch.in_use = true;
+  tiles_ = t_scratch.tiles.data();
+  scales_ = t_scratch.scales.data();
+  build_tiles(f, first, groups, nb, tiles_, scales_);
+  configure_tiles();
+}
+
+AmxGroupPair::~AmxGroupPair() {
+  release_tiles();
+  t_scratch.in_use = false;
+}
+
+void AmxGroupPair::multiply(const QuantizedActs& a, int t0, float out[kAmxTokens][kAmxRows]) const {
+  KVLM_CHECK(t0 >= 0 && t0 + kAmxTokens <= a.n && a.nb == nb_, "AMX token tile out of range");
+  const int8_t* xq = a.q.data() + static_cast<size_t>(t0) * a.in;
+  const float* xd = a.d.data() + static_cast<size_t>(t0) * a.nb;
+  const long stride = a.in;
+  alignas(64) int32_t sums[2][kAmxTokens][kAmxRows];
+  // GCC's tile loads name only their address as read: keep the B tiles' stores before them.
+  asm volatile("" ::: "memory");
+  // Block b's multiply runs on tile set b % 2, and its sums are stored to sums[b % 2] one block
+  // later: a tile store stalls the loads after it until the multiply it waits on is done.
+  auto multiply_block = [&](int b) {
+    const int8_t* tile = tiles_ + static_cast<size_t>(b) * kTileBytes;
+    if (b % 2 == 0) {
+      _tile_loadd(KVLM_TILE_A0, xq + 32 * b, stride);
+      _tile_loadd(KVLM_TILE_B0, tile, kQuadBytes);
+      _tile_zero(KVLM_TILE_C0);
+      _tile_dpbssd(KVLM_TILE_C0, KVLM_TILE_A0, KVLM_TILE_B0);
+    } else {
+      _tile_loadd(KVLM_TILE_A1, xq + 32 * b, stride);
+      _tile_loadd(KVLM_TILE_B1, tile, kQuadBytes);
+      _tile_zero(KVLM_TILE_C1);
+      _tile_dpbssd(KVLM_TILE_C1, KVLM_TILE_A1, KVLM_TILE_B1);
+    }
+  };
+  auto store_block = [&](int b) {
+    if (b % 2 == 0)
+      _tile_stored(KVLM_TILE_C0, sums[0], sizeof sums[0][0]);
+    else
+      _tile_stored(KVLM_TILE_C1, sums[1], sizeof sums[0][0]);
+  };
+  // The unroll pragmas keep the 16 sums in registers (GCC left the array in memory without them).
+  __m512 acc[kAmxTokens];
+#pragma GCC unroll 16
+  for (__m512& v : acc) v = _mm512_setzero_ps();
+  // As the scalar twin: (weight scale x token scale), then one fused multiply-add of the sum.
+  auto scale_block = [&](int b) {
+    const __m512 dw = _mm512_loadu_ps(scales_ + static_cast<size_t>(b) * kAmxRows);
+    const int32_t (*s)[kAmxRows] = sums[b % 2];
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xd[static_cast<size_t>(t) * a.nb + b])),
+                               _mm512_cvtepi32_ps(_mm512_load_si512(s[t])), acc[t]);
+  };
+  multiply_block(0);
+  for (int b = 0; b < nb_; ++b) {
+    if (b + 1 < nb_) multiply_block(b + 1);  // the tiles work on the next block
+    store_block(b);
+    if (b > 0) scale_block(b - 1);  // sums stored an iteration ago: the store has landed
+  }
+  scale_block(nb_ - 1);
+#pragma GCC unroll 16
+  for (int t = 0; t < kAmxTokens; ++t) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+
+#else  // no tiles on this build
+
+AmxGroupPair::AmxGroupPair(DType, const uint8_t*, int, int nb) : nb_(nb) {
+  KVLM_CHECK(false, "AMX tiles asked for on a build without them");
+}
+AmxGroupPair::~AmxGroupPair() = default;
+void AmxGroupPair::multiply(const QuantizedActs&, int, float[kAmxTokens][kAmxRows]) const {}
+
+#endif
+
+}  // namespace kvlm
