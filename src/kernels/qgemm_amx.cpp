@@ -151,8 +151,9 @@ void AmxGroupPair::multiply(const QuantizedActs& a, int t0, float out[kAmxTokens
   alignas(64) int32_t sums[2][kAmxTokens][kAmxRows];
   // GCC's tile loads name only their address as read: keep the B tiles' stores before them.
   asm volatile("" ::: "memory");
-  // Block b's multiply runs on tile set b % 2, and its sums are stored to sums[b % 2] one block
-  // later: a tile store stalls the loads after it until the multiply it waits on is done.
+  // Block b's multiply runs on tile set b % 2; its sums are stored to sums[b % 2] once block b + 1's
+  // multiply is under way, and scaled an iteration later still: a tile store holds up the loads
+  // after it until the multiply it waits on is done (orders measured in docs/benchmarks.md, 34).
   auto multiply_block = [&](int b) {
     const int8_t* tile = tiles_ + static_cast<size_t>(b) * kTileBytes;
     if (b % 2 == 0) {
