@@ -103,6 +103,12 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
   }
   const size_t gbytes = q_group_bytes(fmt, in / 32);
   const int groups = (out + kGroupRows - 1) / kGroupRows;
+  // A tile of nt tokens from t0 x the rows from r0, plus the bias, into y.
+  auto put = [&](const float* tile, int tile_cols, int t0, int nt, size_t r0, int rows) {
+    for (int t = 0; t < nt; ++t)
+      for (int i = 0; i < rows; ++i)
+        y[static_cast<size_t>(t0 + t) * out + r0 + i] = tile[t * tile_cols + i] + (B ? B[r0 + i] : 0.0f);
+  };
   // Tokens [t_begin, n) of groups [g, g + count) through the 1-4 token kernels, each group of 8
   // weight rows staying in L1 while every token tile passes over it.
   auto vector_tiles = [&](int g_begin, int count, int t_begin) {
@@ -112,11 +118,7 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
       for (int t0 = t_begin; t0 < n; t0 += 4) {
         const int nt = std::min(4, n - t0);
         qgemm_group(fmt, packed.data() + g * gbytes, acts, t0, nt, tile);
-        for (int t = 0; t < nt; ++t)
-          for (int i = 0; i < rows; ++i) {
-            const size_t r = static_cast<size_t>(g) * kGroupRows + i;
-            y[static_cast<size_t>(t0 + t) * out + r] = tile[t][i] + (B ? B[r] : 0.0f);
-          }
+        put(&tile[0][0], kGroupRows, t0, nt, static_cast<size_t>(g) * kGroupRows, rows);
       }
     }
   };
@@ -136,11 +138,7 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
         AmxGroupPair pair(fmt, packed.data() + g * gbytes, count, in / 32);
         for (int t0 = 0; t0 < full; t0 += kAmxTokens) {
           pair.multiply(acts, t0, tile);
-          for (int t = 0; t < kAmxTokens; ++t)
-            for (int i = 0; i < rows; ++i) {
-              const size_t r = static_cast<size_t>(g) * kGroupRows + i;
-              y[static_cast<size_t>(t0 + t) * out + r] = tile[t][i] + (B ? B[r] : 0.0f);
-            }
+          put(&tile[0][0], kAmxRows, t0, kAmxTokens, static_cast<size_t>(g) * kGroupRows, rows);
         }
       }
       vector_tiles(g, count, full);

@@ -19,7 +19,7 @@
 namespace kvlm {
 
 namespace {
-constexpr size_t kScaleBytes = kGroupRows * sizeof(uint16_t);
+constexpr size_t kScaleBytes = kPackedScaleBytes;
 
 // The packed layout in one place: row i's f16 scale, and where row i's chunk j (4 bytes) sits.
 float row_scale(const uint8_t* blk, int i) {

@@ -22,6 +22,8 @@ class ThreadPool;
 
 
 constexpr int kGroupRows = 8;
+// A packed block starts with its 8 rows' f16 scales; the quants follow.
+constexpr size_t kPackedScaleBytes = kGroupRows * sizeof(uint16_t);
 
 // Bytes of one packed block of 8 rows, and of a whole group over nb blocks.
 size_t q_block_bytes(DType f);

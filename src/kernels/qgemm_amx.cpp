@@ -32,7 +32,6 @@ bool amx_usable() { return KVLM_AMX && isa_at_least(Isa::Amx); }
 #endif
 
 namespace {
-constexpr size_t kScaleBytes = kGroupRows * sizeof(uint16_t);
 constexpr int kQuads = 8;                          // a block's 32 values as 8 quads: the B tile's rows
 constexpr int kQuadBytes = kAmxRows * 4;           // one B-tile row: a quad of each of the 16 rows
 constexpr size_t kTileBytes = kQuads * kQuadBytes;  // one block's B tile: 512 bytes
@@ -58,11 +57,9 @@ void configure_tiles() {
     c.rows[tile] = static_cast<uint8_t>(rows);
     c.bytes_per_row[tile] = static_cast<uint16_t>(bytes);
   };
-  for (int s : {0, 3}) {  // A, B, C of each set
-    set(s + 0, kAmxTokens, 32);
-    set(s + 1, kQuads, kQuadBytes);
-    set(s + 2, kAmxTokens, kAmxRows * 4);
-  }
+  for (int a : {KVLM_TILE_A0, KVLM_TILE_A1}) set(a, kAmxTokens, 32);
+  for (int b : {KVLM_TILE_B0, KVLM_TILE_B1}) set(b, kQuads, kQuadBytes);
+  for (int c : {KVLM_TILE_C0, KVLM_TILE_C1}) set(c, kAmxTokens, kAmxRows * 4);
   // GCC's ldtilecfg names only the config's first 8 bytes as read: keep every store before it.
   asm volatile("" ::: "memory");
   _tile_loadconfig(&c);
@@ -71,8 +68,8 @@ void configure_tiles() {
 // Group g's 8 rows of one packed block into columns 8g..8g+7 of the pair's B tile. Q8_0: quad j
 // is chunk j as it is. Q4_0: chunk j's low nibbles are quad j (values 4j..4j+3), its high nibbles
 // quad j + 4 (values 16 + 4j..), both less the format's offset of 8.
-void place_block(DType f, const uint8_t* blk, int g, int8_t* tile) {
-  const uint8_t* q = blk + kScaleBytes;
+void copy_into_tile(DType f, const uint8_t* blk, int g, int8_t* tile) {
+  const uint8_t* q = blk + kPackedScaleBytes;
   int8_t* col = tile + g * kGroupRows * 4;
   if (f == DType::Q8_0) {
     for (int j = 0; j < kQuads; ++j)
@@ -99,7 +96,7 @@ void build_tiles(DType f, const uint8_t* first, int groups, int nb, int8_t* tile
     for (int g = 0; g < 2; ++g) {
       if (g < groups) {
         const uint8_t* blk = first + (static_cast<size_t>(g) * nb + b) * bb;
-        place_block(f, blk, g, tile);
+        copy_into_tile(f, blk, g, tile);
         _mm256_storeu_ps(scale + g * kGroupRows, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk))));
       } else {  // the last group alone: zero rows, zero scales
         for (int j = 0; j < kQuads; ++j) std::memset(tile + j * kQuadBytes + g * kGroupRows * 4, 0, kGroupRows * 4);
