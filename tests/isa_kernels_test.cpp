@@ -313,7 +313,7 @@ TEST(IsaKernels, Bf16ProductsMatchScalarTwinBitForBitAndTheDecodedRows) {
           auto dk = kv.decoded(h, n);
           const size_t ss = n + 3;
           std::vector<float> got(g * ss, -1.0f), twin(g * ss, -1.0f);
-          ran += simd && bf16_products(kv.c, g);
+          ran += simd && bf16_products_vectorized(kv.c);
           if (simd) attn_scores_bf16(qb.data(), g, hd, 0.3f, kv.head(h), n, got.data(), ss);
           else scalar::attn_scores_bf16(qb.data(), g, hd, 0.3f, kv.head(h), n, got.data(), ss);
           scalar::attn_scores_bf16(qb.data(), g, hd, 0.3f, kv.head(h), n, twin.data(), ss);

@@ -33,6 +33,7 @@ CpuFeatures detect() {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a = 0, b = 0, c = 0, d = 0;
   bool osxsave = false;
+  if (__get_cpuid(0, &a, &b, &c, &d)) f.intel = b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
   if (__get_cpuid(1, &a, &b, &c, &d)) {
     f.fma = c & (1u << 12);
     f.f16c = c & (1u << 29);

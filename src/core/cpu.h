@@ -33,6 +33,9 @@ struct CpuFeatures {
   // Intel AMX: tile registers and their int8 multiply, with the OS saving the tiles (XCR0) and
   // granting this process their state (Linux asks for it once, with arch_prctl).
   bool amx_tile = false, amx_int8 = false;
+  // CPUID's vendor: some tuning differs by maker (an Intel core's software prefetches hold L1
+  // fill buffers, so a burst of them stalls its loads; AMD's do not measurably).
+  bool intel = false;
   std::string flags() const;  // the detected flags, space-separated (for benchmark records)
 };
 

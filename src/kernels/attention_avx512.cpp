@@ -4,6 +4,7 @@
 #include "kernels/prefetch.h"
 
 #if KVLM_X86
+#include "kernels/attention_rows.h"
 #include "kernels/avx512_intrinsics.h"
 #endif
 
@@ -75,6 +76,48 @@ KVLM_AVX512 void accumulate_heads_avx512(float* acc, const float* p, size_t p_st
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc + h * 16 * C + 16 * c, a[h][c]);
 }
+// AVX2's _mm256_hadd_ps in each 256-bit half: per 128-bit block [a0+a1, a2+a3, b0+b1, b2+b3].
+KVLM_AVX512 inline __m512 hadd_halves(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
+}
+
+// attention.cpp's reduce8 in each 256-bit half: a[x] holds head x's lanes for key j (lower half)
+// and key j + 1 (upper); returns [key j's eight heads | key j + 1's], each the same sums as reduce8.
+KVLM_AVX512 inline __m512 reduce8_halves(const __m512* a) {
+  const __m512 h0123 = hadd_halves(hadd_halves(a[0], a[1]), hadd_halves(a[2], a[3]));
+  const __m512 h4567 = hadd_halves(hadd_halves(a[4], a[5]), hadd_halves(a[6], a[7]));
+  // reduce8's permute2f128 pair within each half: its blocks (h0123's, h4567's) [0 | 2] and [1 | 3].
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  return _mm512_add_ps(_mm512_permutex2var_ps(h0123, lo, h4567), _mm512_permutex2var_ps(h0123, hi, h4567));
+}
+
+template <int HD, class Rows>
+KVLM_AVX512 int key_pairs(const float* q, int g, int hd, float scale, const Rows& k, int n, float* s, size_t s_stride) {
+  if (HD) hd = HD;
+  const __m512 sc = _mm512_set1_ps(scale);
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int i = 0; i < g; i += 8) {
+      __m256 t[8];  // t[y]: key j + y's scores of heads i..i+7
+      const float* qi = q + static_cast<size_t>(i) * hd;
+      for (int y = 0; y < 8; y += 2) {
+        if (i == 0) k.prefetch(j + y + kAhead, hd), k.prefetch(j + y + 1 + kAhead, hd);
+        __m512 a[8];
+        for (int x = 0; x < 8; ++x) a[x] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d += 8) {
+          const __m512 kk = _mm512_insertf32x8(_mm512_castps256_ps512(k.load8(j + y, d)), k.load8(j + y + 1, d), 1);
+          for (int x = 0; x < 8; ++x)
+            a[x] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(qi + x * hd + d)), kk, a[x]);
+        }
+        const __m512 r = _mm512_mul_ps(reduce8_halves(a), sc);
+        t[y] = _mm512_castps512_ps256(r), t[y + 1] = _mm512_extractf32x8_ps(r, 1);
+      }
+      transpose8(t);  // t[x]: head i + x's scores of keys j..j+7
+      for (int x = 0; x < 8; ++x) _mm256_storeu_ps(s + (i + x) * s_stride + j, t[x]);
+    }
+  return j;
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -120,6 +163,20 @@ bool accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const En
     default: return false;
   }
 }
+template <class Rows>
+int scores_key_pairs(const float* q, int g, int hd, float scale, const Rows& k, int n, float* s, size_t s_stride) {
+  if (!isa_at_least(Isa::Avx512) || g % 8 != 0 || hd % 8 != 0) return 0;
+  switch (hd) {  // the common head sizes with their loops unrolled, as scores_keys8
+    case 64: return key_pairs<64>(q, g, hd, scale, k, n, s, s_stride);
+    case 128: return key_pairs<128>(q, g, hd, scale, k, n, s, s_stride);
+    default: return key_pairs<0>(q, g, hd, scale, k, n, s, s_stride);
+  }
+}
+template int scores_key_pairs(const float*, int, int, float, const F32Rows&, int, float*, size_t);
+template int scores_key_pairs(const float*, int, int, float, const F16Rows&, int, float*, size_t);
+template int scores_key_pairs(const float*, int, int, float, const Bf16Rows&, int, float*, size_t);
+template int scores_key_pairs(const float*, int, int, float, const Int8Rows&, int, float*, size_t);
+template int scores_key_pairs(const float*, int, int, float, const Int4Rows&, int, float*, size_t);
 #else
 int accumulate_f32_heads(AttnState&, const float*, size_t, const float*, size_t, int) { return 0; }
 bool accumulate_encoded(AttnState&, const float*, size_t, const EncodedRows&, int) { return false; }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
@@ -269,8 +270,11 @@ class Attender {
   // at 960 positions on Zen 4 ran f32 25% faster, bf16 36%, int8 26%, int4 6% (f32 1% slower on Zen 3).
   // And bf16 rows read with bf16 products (attention_bf16.h, Zen 4): without, TinyLlama-shaped
   // decode attention took a third longer at 4K and 16K; f16 rows (Zen 4) 6-10% longer at 16K.
+  // Not on Intel cores: each request holds an L1 fill buffer until its line arrives, and a piece's
+  // burst of them stalled the loads behind it (Xeon with AMX: TinyLlama-shaped f32 decode attention
+  // at 16K 15% slower with them, bf16 17%, GPT-2-shaped at 960 positions 5-20%).
   bool asks_whole_rows(const AttentionSeq& seq) const {
-    return seq.n_rows == 1 && (!seq.kv.codec || group_ < 4 || bf16_products(*seq.kv.codec, group_) || seq.kv.codec->dtype == DType::F16);
+    return !cpu_features().intel && seq.n_rows == 1 && (!seq.kv.codec || group_ < 4 || bf16_products(*seq.kv.codec, group_) || seq.kv.codec->dtype == DType::F16);
   }
 
   // Part x of n of the whole cached rows (keys or values) of the piece from a, every KV head's

@@ -234,7 +234,9 @@ bool simd_reads(const KvRowCodec& c) {
 }
 }  // namespace
 
-bool bf16_products(const KvRowCodec& c, int group) { return group >= 4 && simd_reads(c); }
+bool bf16_products_vectorized(const KvRowCodec& c) { return simd_reads(c); }
+
+bool bf16_products(const KvRowCodec& c, int group) { return group >= 4 && simd_reads(c) && !cpu_features().intel; }
 
 void attn_scores_bf16(const uint16_t* qb, int g, int hd, float scale, const EncodedRows& k, int n, float* s,
                       size_t s_stride) {

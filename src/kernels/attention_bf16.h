@@ -17,9 +17,14 @@
 
 namespace kvlm {
 
-// Whether bf16 rows are read with these kernels for groups of `group` query heads: bf16 rows
-// with head sizes of 32s up to 256, groups of 4+ heads (a key's transposed pairs serve every head
-// of the group), at the AVX-512 row on a CPU with avx512_bf16.
+// Whether the AVX-512 BF16 kernels below run for these rows on this thread (else their scalar
+// twins do): bf16 rows with head sizes of 32s up to 256, at the AVX-512 row on a CPU with avx512_bf16.
+bool bf16_products_vectorized(const KvRowCodec& c);
+// Whether attention reads bf16 rows with these kernels for groups of `group` query heads: where
+// they are vectorized, for groups of 4+ heads (a key's transposed pairs serve every head of the
+// group), on CPUs that are not Intel's. An Intel core issues vdpbf16ps on one port where it issues
+// f32 FMAs on two, so widening the rows to f32 was faster there (Xeon with AMX: TinyLlama-shaped
+// decode attention at 16K 34 ms against 37) and keeps the query unrounded.
 bool bf16_products(const KvRowCodec& c, int group);
 
 // x rounded to bf16 as the kernels round the query and the weights.

@@ -311,6 +311,30 @@ KVLM_EMU __m512 mm512_permute_ps(__m512 a, int imm) {
   return vec<__m512>(r);
 }
 
+// vshufps: in every 128-bit block, lanes 0-1 from a's lanes (imm >> 0, 2) & 3, lanes 2-3 from b's (imm >> 4, 6) & 3.
+KVLM_EMU __m512 mm512_shuffle_ps(__m512 a, __m512 b, int imm) {
+  auto x = lanes<float>(a), y = lanes<float>(b);
+  Lanes<float, 16> r;
+  for (int blk = 0; blk < 4; ++blk)
+    for (int i = 0; i < 4; ++i) r.v[4 * blk + i] = (i < 2 ? x : y).v[4 * blk + ((imm >> (2 * i)) & 3)];
+  return vec<__m512>(r);
+}
+// vpermt2ps: lane i from a (index bit 4 clear) or b (set), at the index's low four bits.
+KVLM_EMU __m512 mm512_permutex2var_ps(__m512 a, __m512i idx, __m512 b) {
+  auto x = lanes<float>(a), y = lanes<float>(b);
+  auto i32 = lanes<uint32_t>(idx);
+  Lanes<float, 16> r;
+  for (int i = 0; i < 16; ++i) r.v[i] = (i32.v[i] & 16) ? y.v[i32.v[i] & 15] : x.v[i32.v[i] & 15];
+  return vec<__m512>(r);
+}
+// vbroadcastf32x8: the eight lanes in both halves.
+KVLM_EMU __m512 mm512_broadcast_f32x8(__m256 a) {
+  Lanes<float, 16> r;
+  std::memcpy(r.v, &a, sizeof a);
+  std::memcpy(r.v + 8, &a, sizeof a);
+  return vec<__m512>(r);
+}
+
 #undef KVLM_EMU
 
 }  // namespace kvlm::avx512_emulation
@@ -366,6 +390,9 @@ KVLM_EMU __m512 mm512_permute_ps(__m512 a, int imm) {
 #undef _mm512_packus_epi16
 #undef _mm512_shuffle_f32x4
 #undef _mm512_permute_ps
+#undef _mm512_shuffle_ps
+#undef _mm512_permutex2var_ps
+#undef _mm512_broadcast_f32x8
 #define _mm512_setzero_si512 kvlm::avx512_emulation::mm512_setzero_si512
 #define _mm512_set1_epi8 kvlm::avx512_emulation::mm512_set1_epi8
 #define _mm512_set1_ps kvlm::avx512_emulation::mm512_set1_ps
@@ -415,4 +442,7 @@ KVLM_EMU __m512 mm512_permute_ps(__m512 a, int imm) {
 #define _mm512_packus_epi16 kvlm::avx512_emulation::mm512_packus_epi16
 #define _mm512_shuffle_f32x4 kvlm::avx512_emulation::mm512_shuffle_f32x4
 #define _mm512_permute_ps kvlm::avx512_emulation::mm512_permute_ps
+#define _mm512_shuffle_ps kvlm::avx512_emulation::mm512_shuffle_ps
+#define _mm512_permutex2var_ps kvlm::avx512_emulation::mm512_permutex2var_ps
+#define _mm512_broadcast_f32x8 kvlm::avx512_emulation::mm512_broadcast_f32x8
 #define _mm512_cmp_ps_mask(a, b, pred) kvlm::avx512_emulation::mm512_cmp_ps_mask<pred>(a, b)
