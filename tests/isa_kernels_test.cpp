@@ -3,6 +3,7 @@
 // reported SKIPPED with its name, so the CI log shows which paths ran.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -187,6 +188,41 @@ TEST(IsaKernels, F32ScoresOfAHeadAreTheSameInEveryGroupSize) {
         }
       }
   });
+}
+
+// The AVX-512 row's f32 scores (keys in pairs) and softmax exponentials (16 lanes) are the AVX2
+// row's arithmetic, bit for bit: the same scores, weights, denominators and rescaled sums at every
+// length (32-key blocks, eights, tails), with keys masked (-inf) and far below the max (exp -> 0).
+TEST(IsaKernels, Avx512ScoresAndSoftmaxAreTheAvx2ArithmeticBitForBit) {
+  if (!cpu_features().avx512f || static_cast<int>(active_isa()) < static_cast<int>(Isa::Avx512)) {
+    std::printf("[  ISA     ] Avx512ScoresAndSoftmaxAreTheAvx2ArithmeticBitForBit: SKIPPED the avx512 path: this CPU or KVLM_ISA lacks it\n");
+    return;
+  }
+  for (int hd : {8, 40, 64, 128})
+    for (int g : {8, 16})
+      for (int n : {1, 7, 8, 9, 31, 32, 33, 63, 64, 97, 128}) {
+        const size_t stride = static_cast<size_t>(hd) * 2 + 3;  // misaligned rows
+        auto q = randn(static_cast<size_t>(g) * hd, 3 + n), k = randn(n * stride + 1, 4 + hd);
+        const size_t acc_n = static_cast<size_t>(g) * hd;
+        auto run = [&](Isa isa, std::vector<float>& s, std::vector<float>& ml, std::vector<float>& acc) {
+          IsaScope scope(isa);
+          s.assign(static_cast<size_t>(g) * n, 0.0f);
+          attn_scores(q.data(), g, hd, 0.7f, k.data() + 1, stride, n, s.data(), n);
+          for (int j = 0; j < n; j += 5) s[j] = -std::numeric_limits<float>::infinity();  // masked keys of head 0
+          for (int j = 1; j < n; j += 7) s[n + j] -= 300.0f;                              // exp underflows to 0
+          ml.assign(2 * g, 0.0f);
+          acc.assign(acc_n, 0.25f);
+          AttnState st{g, hd, ml.data(), ml.data() + g, acc.data()};
+          for (int i = 0; i < g; ++i) ml[i] = 1.5f, ml[g + i] = 2.0f;  // an earlier span's state, rescaled
+          attn_update(st, s.data(), n, n);
+        };
+        std::vector<float> s2, ml2, acc2, s5, ml5, acc5;
+        run(Isa::Avx2, s2, ml2, acc2);
+        run(Isa::Avx512, s5, ml5, acc5);
+        ASSERT_EQ(std::memcmp(s2.data(), s5.data(), s2.size() * 4), 0) << "weights hd " << hd << " g " << g << " n " << n;
+        ASSERT_EQ(std::memcmp(ml2.data(), ml5.data(), ml2.size() * 4), 0) << "max and sum hd " << hd << " g " << g << " n " << n;
+        ASSERT_EQ(std::memcmp(acc2.data(), acc5.data(), acc2.size() * 4), 0) << "rescaled sums hd " << hd << " g " << g << " n " << n;
+      }
 }
 
 TEST(IsaKernels, IntegerScoresMatchScalarTwinBitForBitAndTheDecodedKeys) {

@@ -341,8 +341,9 @@ KVLM_AVX2 float max_avx2(const float* s, int n) {
 // the tail one at a time. The same sum as adding the exponentials afterwards in a second pass.
 KVLM_AVX2 float exp_minus_sum_avx2(float* s, int n, float mx) {
   const __m256 m = _mm256_set1_ps(mx);
-  __m256 a = _mm256_setzero_ps();
-  int j = 0;
+  alignas(32) float sum8[8] = {};
+  int j = avx512::exp_minus_blocks(s, n, mx, sum8);  // 16 lanes where the CPU has them, the same values
+  __m256 a = _mm256_load_ps(sum8);
   for (; j + 32 <= n; j += 32) {
     __m256 e[4];
     for (int k = 0; k < 4; ++k) e[k] = _mm256_sub_ps(_mm256_loadu_ps(s + j + 8 * k), m);

@@ -118,6 +118,56 @@ KVLM_AVX512 int key_pairs(const float* q, int g, int hd, float scale, const Rows
     }
   return j;
 }
+// vexp.h's exp8_reduced on 16 lanes: the same operations, lane by lane.
+template <int K>
+KVLM_AVX512 inline void exp16_reduced(__m512* x, __m512* n) {
+  __m512 r[K], p[K];
+  for (int k = 0; k < K; ++k)
+    n[k] = _mm512_roundscale_ps(_mm512_mul_ps(x[k], _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  for (int k = 0; k < K; ++k) r[k] = _mm512_fnmadd_ps(n[k], _mm512_set1_ps(0.693359375f), x[k]);
+  for (int k = 0; k < K; ++k) r[k] = _mm512_fnmadd_ps(n[k], _mm512_set1_ps(-2.12194440e-4f), r[k]);
+  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r[k], _mm512_set1_ps(1.3981999507e-3f));
+  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(8.3334519073e-3f));
+  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(4.1665795894e-2f));
+  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(1.6666665459e-1f));
+  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(5.0000001201e-1f));
+  for (int k = 0; k < K; ++k) x[k] = _mm512_fmadd_ps(p[k], _mm512_mul_ps(r[k], r[k]), _mm512_add_ps(r[k], _mm512_set1_ps(1.0f)));
+}
+
+// vexp.h's exp8xk_nonpositive_avx2 on 16 lanes, bit for bit (below the range 0, NaN stays NaN).
+template <int K>
+KVLM_AVX512 inline void exp16xk_nonpositive(__m512* x) {
+  const __m512 lo = _mm512_set1_ps(-87.3365448f);
+  __mmask16 under[K];
+  __m512 p[K], n[K];
+  for (int k = 0; k < K; ++k) {
+    under[k] = _mm512_cmp_ps_mask(x[k], lo, _CMP_LT_OQ);
+    p[k] = _mm512_max_ps(lo, x[k]);
+  }
+  exp16_reduced<K>(p, n);
+  for (int k = 0; k < K; ++k) {
+    const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n[k]), _mm512_set1_epi32(127));
+    x[k] = _mm512_maskz_mov_ps(static_cast<__mmask16>(~under[k]), _mm512_mul_ps(p[k], _mm512_castsi512_ps(_mm512_slli_epi32(e, 23))));
+  }
+}
+
+KVLM_AVX512 int exp_blocks(float* s, int n, float mx, float* sum8) {
+  const __m512 m = _mm512_set1_ps(mx);
+  __m256 a = _mm256_loadu_ps(sum8);
+  int j = 0;
+  for (; j + 32 <= n; j += 32) {
+    __m512 e[2];
+    for (int k = 0; k < 2; ++k) e[k] = _mm512_sub_ps(_mm512_loadu_ps(s + j + 16 * k), m);
+    exp16xk_nonpositive<2>(e);
+    for (int k = 0; k < 2; ++k) {  // eight keys at a time into the sum, in key order
+      _mm512_storeu_ps(s + j + 16 * k, e[k]);
+      a = _mm256_add_ps(a, _mm512_castps512_ps256(e[k]));
+      a = _mm256_add_ps(a, _mm512_extractf32x8_ps(e[k], 1));
+    }
+  }
+  _mm256_storeu_ps(sum8, a);
+  return j;
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -177,9 +227,12 @@ template int scores_key_pairs(const float*, int, int, float, const F16Rows&, int
 template int scores_key_pairs(const float*, int, int, float, const Bf16Rows&, int, float*, size_t);
 template int scores_key_pairs(const float*, int, int, float, const Int8Rows&, int, float*, size_t);
 template int scores_key_pairs(const float*, int, int, float, const Int4Rows&, int, float*, size_t);
+
+int exp_minus_blocks(float* s, int n, float mx, float* sum8) { return isa_at_least(Isa::Avx512) ? exp_blocks(s, n, mx, sum8) : 0; }
 #else
 int accumulate_f32_heads(AttnState&, const float*, size_t, const float*, size_t, int) { return 0; }
 bool accumulate_encoded(AttnState&, const float*, size_t, const EncodedRows&, int) { return false; }
+int exp_minus_blocks(float*, int, float, float*) { return 0; }
 #endif
 
 }  // namespace kvlm::avx512

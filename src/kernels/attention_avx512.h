@@ -26,4 +26,9 @@ bool accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const En
 template <class Rows>
 int scores_key_pairs(const float* q, int g, int hd, float scale, const Rows& k, int n, float* s, size_t s_stride);
 
+// The softmax's exp(s[j] - mx) in place for keys [0, returned) (whole 32s), 16 lanes at a time,
+// with the sum of each eight keys added in key order to the eight lanes sum8: attention.cpp's
+// AVX2 loop bit for bit (the same exponential lane by lane, the same sums). 0 without AVX-512.
+int exp_minus_blocks(float* s, int n, float mx, float* sum8);
+
 }  // namespace kvlm::avx512

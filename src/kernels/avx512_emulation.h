@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/half.h"
@@ -262,10 +263,11 @@ KVLM_EMU __m512 mm512_maskz_div_ps(__mmask16 k, __m512 a, __m512 b) {
 // Only the predicate the kernels use (ordered, greater or equal); any other is a build error.
 template <int Pred>
 KVLM_EMU __mmask16 mm512_cmp_ps_mask(__m512 a, __m512 b) {
-  static_assert(Pred == _CMP_GE_OQ, "emulate this predicate first");
+  static_assert(Pred == _CMP_GE_OQ || Pred == _CMP_LT_OQ, "emulate this predicate first");
   auto x = lanes<float>(a), y = lanes<float>(b);
   __mmask16 k = 0;
-  for (int i = 0; i < 16; ++i) k |= static_cast<__mmask16>(x.v[i] >= y.v[i]) << i;  // false where either is NaN
+  for (int i = 0; i < 16; ++i)  // false where either is NaN
+    k |= static_cast<__mmask16>(Pred == _CMP_GE_OQ ? x.v[i] >= y.v[i] : x.v[i] < y.v[i]) << i;
   return k;
 }
 KVLM_EMU __m512i mm512_cvtps_epi32(__m512 a) {  // the current rounding mode; out of range or NaN: INT32_MIN
@@ -326,6 +328,31 @@ KVLM_EMU __m512 mm512_permutex2var_ps(__m512 a, __m512i idx, __m512 b) {
   Lanes<float, 16> r;
   for (int i = 0; i < 16; ++i) r.v[i] = (i32.v[i] & 16) ? y.v[i32.v[i] & 15] : x.v[i32.v[i] & 15];
   return vec<__m512>(r);
+}
+KVLM_EMU __m512 mm512_sub_ps(__m512 a, __m512 b) {
+  return zip<float>(a, b, [](float x, float y) { return x - y; });
+}
+KVLM_EMU __m512i mm512_add_epi32(__m512i a, __m512i b) {
+  return zip<uint32_t>(a, b, [](uint32_t x, uint32_t y) { return x + y; });
+}
+KVLM_EMU __m512 mm512_fnmadd_ps(__m512 a, __m512 b, __m512 c) {
+  auto x = lanes<float>(a), y = lanes<float>(b), z = lanes<float>(c);
+  for (int i = 0; i < 16; ++i) z.v[i] = std::fma(-x.v[i], y.v[i], z.v[i]);  // -(a b) + c, one rounding
+  return vec<__m512>(z);
+}
+// vrndscaleps to integers (scale 0) with the immediate's rounding: only to nearest even is emulated.
+KVLM_EMU __m512 mm512_roundscale_ps(__m512 a, int imm) {
+  if ((imm & 0xF7) != _MM_FROUND_TO_NEAREST_INT) std::abort();
+  auto x = lanes<float>(a);
+  for (auto& v : x.v) v = std::nearbyint(v);  // the default rounding mode: to nearest even
+  return vec<__m512>(x);
+}
+// Lanes whose mask bit is set, zero elsewhere.
+KVLM_EMU __m512 mm512_maskz_mov_ps(__mmask16 k, __m512 a) {
+  auto x = lanes<float>(a);
+  for (int i = 0; i < 16; ++i)
+    if (!((k >> i) & 1)) x.v[i] = 0.0f;
+  return vec<__m512>(x);
 }
 // vbroadcastf32x8: the eight lanes in both halves.
 KVLM_EMU __m512 mm512_broadcast_f32x8(__m256 a) {
@@ -391,6 +418,11 @@ KVLM_EMU __m512 mm512_broadcast_f32x8(__m256 a) {
 #undef _mm512_shuffle_f32x4
 #undef _mm512_permute_ps
 #undef _mm512_shuffle_ps
+#undef _mm512_sub_ps
+#undef _mm512_add_epi32
+#undef _mm512_fnmadd_ps
+#undef _mm512_roundscale_ps
+#undef _mm512_maskz_mov_ps
 #undef _mm512_permutex2var_ps
 #undef _mm512_broadcast_f32x8
 #define _mm512_setzero_si512 kvlm::avx512_emulation::mm512_setzero_si512
@@ -443,6 +475,11 @@ KVLM_EMU __m512 mm512_broadcast_f32x8(__m256 a) {
 #define _mm512_shuffle_f32x4 kvlm::avx512_emulation::mm512_shuffle_f32x4
 #define _mm512_permute_ps kvlm::avx512_emulation::mm512_permute_ps
 #define _mm512_shuffle_ps kvlm::avx512_emulation::mm512_shuffle_ps
+#define _mm512_sub_ps kvlm::avx512_emulation::mm512_sub_ps
+#define _mm512_add_epi32 kvlm::avx512_emulation::mm512_add_epi32
+#define _mm512_fnmadd_ps kvlm::avx512_emulation::mm512_fnmadd_ps
+#define _mm512_roundscale_ps kvlm::avx512_emulation::mm512_roundscale_ps
+#define _mm512_maskz_mov_ps kvlm::avx512_emulation::mm512_maskz_mov_ps
 #define _mm512_permutex2var_ps kvlm::avx512_emulation::mm512_permutex2var_ps
 #define _mm512_broadcast_f32x8 kvlm::avx512_emulation::mm512_broadcast_f32x8
 #define _mm512_cmp_ps_mask(a, b, pred) kvlm::avx512_emulation::mm512_cmp_ps_mask<pred>(a, b)
