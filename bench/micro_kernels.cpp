@@ -279,15 +279,18 @@ BENCHMARK(BM_attention_decode)->ArgsProduct({{0, 1, 2, 3}, {896}, {1}})->UseReal
 
 // The same step through ContiguousKvCache, as `kvlm bench --decode-at` runs it, every layer's
 // attention in turn at range(1) positions in KV type range(0): TinyLlama's 22 layers (32 heads
-// over 4 KV heads of 64) or, with range(2) = 1, GPT-2's 12 layers of 12 heads of 64.
+// over 4 KV heads of 64), with range(2) = 1 GPT-2's 12 layers of 12 heads of 64, with 3 four
+// layers of Llama-3-8B's 32 heads over 8 KV heads of 128.
 void BM_attention_decode_cache(benchmark::State& s) {
   const DType types[] = {DType::F32, DType::BF16, DType::Int8, DType::Int4};
   const DType t = types[s.range(0)];
   const int ctx = static_cast<int>(s.range(1));
   const bool gpt2 = s.range(2) == 1;
   const bool one_layer = s.range(2) == 2;  // TinyLlama's heads, one layer: its KV stays in L3 at 16K (compute alone)
-  const ModelConfig cfg = gpt2 ? llama_shape(12, 768, 3072, 12, 12, 64, 50257, ctx + 8)
-                               : llama_shape(one_layer ? 1 : 22, 2048, 5632, 32, 4, 64, 32000, ctx + 8);
+  const bool llama3 = s.range(2) == 3;     // Llama-3-8B's heads (groups of four, head size 128), four of its layers
+  const ModelConfig cfg = gpt2     ? llama_shape(12, 768, 3072, 12, 12, 64, 50257, ctx + 8)
+                          : llama3 ? llama_shape(4, 4096, 14336, 32, 8, 128, 128256, ctx + 8)
+                                   : llama_shape(one_layer ? 1 : 22, 2048, 5632, 32, 4, 64, 32000, ctx + 8);
   ContiguousKvCache cache(cfg, ctx + 1, t, 128);
   auto r = randn(static_cast<size_t>(cfg.kv_dim()), 3);
   for (int p = 0; p < ctx; ++p) {
@@ -310,10 +313,11 @@ void BM_attention_decode_cache(benchmark::State& s) {
     }
     benchmark::DoNotOptimize(out.data());
   }
-  s.SetLabel(std::string(gpt2 ? "gpt2, 12 layers " : one_layer ? "tinyllama, 1 layer (in L3) " : "tinyllama, 22 layers ") + dtype_name(t));
+  s.SetLabel(std::string(gpt2 ? "gpt2, 12 layers " : one_layer ? "tinyllama, 1 layer (in L3) " : llama3 ? "llama-3-8b, 4 layers " : "tinyllama, 22 layers ") + dtype_name(t));
 }
 BENCHMARK(BM_attention_decode_cache)->ArgsProduct({{0, 1, 2, 3}, {16384}, {0, 2}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_attention_decode_cache)->ArgsProduct({{0, 1}, {960}, {1}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_attention_decode_cache)->ArgsProduct({{0, 1, 2, 3}, {16384}, {3}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -190,7 +190,7 @@ TEST(IsaKernels, F32ScoresOfAHeadAreTheSameInEveryGroupSize) {
   });
 }
 
-// The AVX-512 row's f32 scores (keys in pairs) and softmax exponentials (16 lanes) are the AVX2
+// The AVX-512 row's f32 scores (keys in pairs, heads by eights or fours) and softmax exponentials (16 lanes) are the AVX2
 // row's arithmetic, bit for bit: the same scores, weights, denominators and rescaled sums at every
 // length (32-key blocks, eights, tails), with keys masked (-inf) and far below the max (exp -> 0).
 TEST(IsaKernels, Avx512ScoresAndSoftmaxAreTheAvx2ArithmeticBitForBit) {
@@ -198,8 +198,8 @@ TEST(IsaKernels, Avx512ScoresAndSoftmaxAreTheAvx2ArithmeticBitForBit) {
     std::printf("[  ISA     ] Avx512ScoresAndSoftmaxAreTheAvx2ArithmeticBitForBit: SKIPPED the avx512 path: this CPU or KVLM_ISA lacks it\n");
     return;
   }
-  for (int hd : {8, 40, 64, 128})
-    for (int g : {8, 16})
+  for (int hd : {8, 40, 64, 128, 256, 264})  // 264: groups not of 8s past the AVX-512 quads' 256
+    for (int g : {4, 5, 7, 8, 12, 16})
       for (int n : {1, 7, 8, 9, 31, 32, 33, 63, 64, 97, 128}) {
         const size_t stride = static_cast<size_t>(hd) * 2 + 3;  // misaligned rows
         auto q = randn(static_cast<size_t>(g) * hd, 3 + n), k = randn(n * stride + 1, 4 + hd);

@@ -152,9 +152,8 @@ KVLM_AVX2 inline int scores_keys8_quads(const float* q, int g, int hd, float sca
 template <int HD, class Rows>
 KVLM_AVX2 inline int scores_blocks(const float* q, int g, int hd, float scale, const Rows& k, int n,
                                                              float* s, size_t s_stride) {
-  if (g % 8 != 0) return scores_keys8_quads<HD>(q, g, hd, scale, k, n, s, s_stride);
   if (const int done = avx512::scores_key_pairs(q, g, hd, scale, k, n, s, s_stride)) return done;
-  return scores_keys8<HD>(q, g, hd, scale, k, n, s, s_stride);
+  return g % 8 == 0 ? scores_keys8<HD>(q, g, hd, scale, k, n, s, s_stride) : scores_keys8_quads<HD>(q, g, hd, scale, k, n, s, s_stride);
 }
 
 // hd % 8 == 0 here; f32 rows of other sizes go through scores_f32_any.

@@ -1,5 +1,8 @@
 #include "kernels/attention_avx512.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/cpu.h"
 #include "kernels/prefetch.h"
 
@@ -118,6 +121,50 @@ KVLM_AVX512 int key_pairs(const float* q, int g, int hd, float scale, const Rows
     }
   return j;
 }
+// Groups that are not whole eights (four heads of Llama-3 or Mistral, seven of Qwen2): heads four
+// at a time by eight keys, a zmm holding two keys of one head; heads past the group's last four
+// are a copy padded with zeros. Each score is still scores_keys8's lanes and tree.
+template <int HD, class Rows>
+KVLM_AVX512 int key_quads(const float* q, int g, int hd, float scale, const Rows& k, int n, float* s, size_t s_stride) {
+  if (HD) hd = HD;
+  alignas(64) float pad[4 * 256];  // the last heads' query, zeros after them (hd <= 256)
+  const int tail = g % 4;
+  if (tail) {
+    std::memset(pad, 0, sizeof(float) * 4 * hd);
+    std::memcpy(pad, q + static_cast<size_t>(g - tail) * hd, sizeof(float) * tail * hd);
+  }
+  // Each four keys' scores come as heads 0-3 of key j, j + 1, j + 2, j + 3 (key j + m's head h in
+  // lane 4m + h); a head's eight keys are gathered from two such: lanes h, 4 + h, .. 28 + h.
+  const __m512i h01 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+  const __m512i h23 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+  const __m512 sc = _mm512_set1_ps(scale);
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int i = 0; i < g; i += 4) {
+      const float* qi = i + 4 <= g ? q + static_cast<size_t>(i) * hd : pad;
+      if (i == 0)
+        for (int y = 0; y < 8; ++y) k.prefetch(j + y + kAhead, hd);
+      __m512 a[16];  // a[4c + x]: head x against kk[c]
+      for (int x = 0; x < 16; ++x) a[x] = _mm512_setzero_ps();
+      for (int d = 0; d < hd; d += 8) {
+        __m512 kk[4];  // kk[2b + p]: keys j + 4b + p (lower half) and j + 4b + p + 2 (upper)
+        for (int b = 0; b < 2; ++b)
+          for (int p = 0; p < 2; ++p)
+            kk[2 * b + p] = _mm512_insertf32x8(_mm512_castps256_ps512(k.load8(j + 4 * b + p, d)), k.load8(j + 4 * b + p + 2, d), 1);
+        for (int x = 0; x < 4; ++x) {
+          const __m512 qx = _mm512_broadcast_f32x8(_mm256_loadu_ps(qi + x * hd + d));
+          for (int c = 0; c < 4; ++c) a[4 * c + x] = _mm512_fmadd_ps(qx, kk[c], a[4 * c + x]);
+        }
+      }
+      const __m512 r0 = _mm512_mul_ps(reduce8_halves(a), sc), r1 = _mm512_mul_ps(reduce8_halves(a + 8), sc);
+      const __m512 s01 = _mm512_permutex2var_ps(r0, h01, r1), s23 = _mm512_permutex2var_ps(r0, h23, r1);
+      const __m256 out[4] = {_mm512_castps512_ps256(s01), _mm512_extractf32x8_ps(s01, 1), _mm512_castps512_ps256(s23),
+                             _mm512_extractf32x8_ps(s23, 1)};
+      for (int x = 0; x < std::min(4, g - i); ++x) _mm256_storeu_ps(s + (i + x) * s_stride + j, out[x]);
+    }
+  return j;
+}
+
 // vexp.h's exp8_reduced on 16 lanes: the same operations, lane by lane.
 template <int K>
 KVLM_AVX512 inline void exp16_reduced(__m512* x, __m512* n) {
@@ -215,7 +262,15 @@ bool accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const En
 }
 template <class Rows>
 int scores_key_pairs(const float* q, int g, int hd, float scale, const Rows& k, int n, float* s, size_t s_stride) {
-  if (!isa_at_least(Isa::Avx512) || g % 8 != 0 || hd % 8 != 0) return 0;
+  if (!isa_at_least(Isa::Avx512) || g < 4 || hd % 8 != 0) return 0;
+  if (g % 8 != 0) {
+    if (hd > 256) return 0;
+    switch (hd) {
+      case 64: return key_quads<64>(q, g, hd, scale, k, n, s, s_stride);
+      case 128: return key_quads<128>(q, g, hd, scale, k, n, s, s_stride);
+      default: return key_quads<0>(q, g, hd, scale, k, n, s, s_stride);
+    }
+  }
   switch (hd) {  // the common head sizes with their loops unrolled, as scores_keys8
     case 64: return key_pairs<64>(q, g, hd, scale, k, n, s, s_stride);
     case 128: return key_pairs<128>(q, g, hd, scale, k, n, s, s_stride);

@@ -18,11 +18,12 @@ int accumulate_f32_heads(AttnState& st, const float* p, size_t p_stride, const f
 // another type, a head size other than 64 or 128, or a group that is not whole fours or twos).
 bool accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const EncodedRows& v, int n);
 
-// Scores of keys [0, returned) (whole eights) for g % 8 == 0 heads, head sizes of 8s: as
+// Scores of keys [0, returned) (whole eights) for groups of 4+ heads, head sizes of 8s: as
 // attention.cpp's scores_keys8, the same multiply-adds in the same lanes and the same tree of
-// sums, bit for bit, two keys to a zmm (key j in the lower half, j + 1 in the upper), so each
-// query load and each reduction serves two keys. 0 where the CPU lacks AVX-512 (the caller then
-// runs scores_keys8). Rows: the readers of attention_rows.h.
+// sums, bit for bit, two keys to a zmm (one in each half), so each query load and each reduction
+// serves two keys; groups that are not whole eights go four heads at a time (up to head size
+// 256). 0 where the CPU lacks AVX-512 or the shape is not covered (the caller then runs its AVX2
+// blocks). Rows: the readers of attention_rows.h.
 template <class Rows>
 int scores_key_pairs(const float* q, int g, int hd, float scale, const Rows& k, int n, float* s, size_t s_stride);
 
