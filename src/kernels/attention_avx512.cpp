@@ -95,6 +95,8 @@ KVLM_AVX512 inline __m512 reduce8_halves(const __m512* a) {
   return _mm512_add_ps(_mm512_permutex2var_ps(h0123, lo, h4567), _mm512_permutex2var_ps(h0123, hi, h4567));
 }
 
+// scores_keys8 on zmm (groups of 8s): per eight heads, keys j and j + 1 in one vector's halves,
+// each head's query broadcast to both; reduced, scaled and transposed as scores_keys8 does.
 template <int HD, class Rows>
 KVLM_AVX512 int key_pairs(const float* q, int g, int hd, float scale, const Rows& k, int n, float* s, size_t s_stride) {
   if (HD) hd = HD;
@@ -198,6 +200,7 @@ KVLM_AVX512 inline void exp16xk_nonpositive(__m512* x) {
   }
 }
 
+// exp_minus_blocks (attention_avx512.h): 32 keys at a time, two vectors of 16 in flight.
 KVLM_AVX512 int exp_blocks(float* s, int n, float mx, float* sum8) {
   const __m512 m = _mm512_set1_ps(mx);
   __m256 a = _mm256_loadu_ps(sum8);
