@@ -95,6 +95,12 @@ KVLM_AVX512 inline __m512 reduce8_halves(const __m512* a) {
   return _mm512_add_ps(_mm512_permutex2var_ps(h0123, lo, h4567), _mm512_permutex2var_ps(h0123, hi, h4567));
 }
 
+// Elements d..d+7 of keys a (lower half) and b (upper), widened as the AVX2 readers widen them.
+template <class Rows>
+KVLM_AVX512 inline __m512 two_keys(const Rows& k, int a, int b, int d) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(k.load8(a, d)), k.load8(b, d), 1);
+}
+
 // scores_keys8 on zmm (groups of 8s): per eight heads, keys j and j + 1 in one vector's halves,
 // each head's query broadcast to both; reduced, scaled and transposed as scores_keys8 does.
 template <int HD, class Rows>
@@ -111,7 +117,7 @@ KVLM_AVX512 int key_pairs(const float* q, int g, int hd, float scale, const Rows
         __m512 a[8];
         for (int x = 0; x < 8; ++x) a[x] = _mm512_setzero_ps();
         for (int d = 0; d < hd; d += 8) {
-          const __m512 kk = _mm512_insertf32x8(_mm512_castps256_ps512(k.load8(j + y, d)), k.load8(j + y + 1, d), 1);
+          const __m512 kk = two_keys(k, j + y, j + y + 1, d);
           for (int x = 0; x < 8; ++x)
             a[x] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(qi + x * hd + d)), kk, a[x]);
         }
@@ -152,7 +158,7 @@ KVLM_AVX512 int key_quads(const float* q, int g, int hd, float scale, const Rows
         __m512 kk[4];  // kk[2b + p]: keys j + 4b + p (lower half) and j + 4b + p + 2 (upper)
         for (int b = 0; b < 2; ++b)
           for (int p = 0; p < 2; ++p)
-            kk[2 * b + p] = _mm512_insertf32x8(_mm512_castps256_ps512(k.load8(j + 4 * b + p, d)), k.load8(j + 4 * b + p + 2, d), 1);
+            kk[2 * b + p] = two_keys(k, j + 4 * b + p, j + 4 * b + p + 2, d);
         for (int x = 0; x < 4; ++x) {
           const __m512 qx = _mm512_broadcast_f32x8(_mm256_loadu_ps(qi + x * hd + d));
           for (int c = 0; c < 4; ++c) a[4 * c + x] = _mm512_fmadd_ps(qx, kk[c], a[4 * c + x]);
