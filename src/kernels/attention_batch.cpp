@@ -141,6 +141,7 @@ class Attender {
     std::vector<const uint8_t*> vrows;  // a piece's encoded value rows of one KV head (integer value sums)
     std::vector<const float*> vprm;     // and their parameters (int8: the scale; int4: the first group's)
     Buffer<float> states;               // the many-rows path's two StateArrays
+    std::vector<AttnState> head_states;  // values_heads: its heads' states
     uint64_t batch = 0;                 // the Attender qq_row and qb_row were set for
   };
   // This thread's scratch, kept from call to call and grown to this batch's shapes (fresh buffers
@@ -173,6 +174,9 @@ class Attender {
     const bool bf16_dp = codec && bf16_products(*codec, group_);
     const bool ask_ahead = asks_ahead(seq.kv.codec), whole_keys = asks_whole_rows(seq),
                whole_values = whole_keys || ask_ahead;
+    // int8 on AMX tiles: a piece's scores and value sums of every head of [g0, g1) in one call.
+    const bool tile_scores = int_scores && amx_scores(codec->dtype, hd_, group_),
+               tile_values = int_values && amx_values(codec->dtype, hd_, group_);
     for (int g = g0; g < g1; ++g) {
       AttnState a = st.at(g - g0);
       a.reset();
@@ -193,7 +197,11 @@ class Attender {
     const size_t s_per = static_cast<size_t>(group_) * kSpan;
     for (int j0 = from; j0 < to; j0 += kSpan) {
       const int j1 = std::min(to, j0 + kSpan);
-      for (int a = j0; a < j1; a += kPiece)
+      for (int a = j0; a < j1; a += kPiece) {
+        if (tile_scores) {
+          scores_heads(w, t, g0, g1, j0, a, std::min(j1, a + kPiece), w.s.data(), s_per);
+          continue;
+        }
         for (int g = g0; g < g1; ++g) {
           // The integer scores ask for their keys and parameters themselves (32 keys ahead):
           // asking here as well ran int8 and int4 decode attention at 16K 3% slower.
@@ -201,6 +209,7 @@ class Attender {
           if (whole_keys) prefetch_whole_rows(t, a + kPiece, g - g0, g1 - g0, false);
           scores(w, t, g, j0, a, std::min(j1, a + kPiece), int_scores, bf16_dp, w.s.data() + (g - g0) * s_per);
         }
+      }
       for (int g = g0; g < g1; ++g) {
         AttnState a = st.at(g - g0);
         attn_update(a, w.s.data() + (g - g0) * s_per, kSpan, j1 - j0);
@@ -209,12 +218,19 @@ class Attender {
       // rows of a large group (in blocks of 32 from fixed positions, which the pieces keep), the
       // rest in f32.
       const int enc_to = int_values ? std::max(j0, std::min({j1, pos0, seq.kv.hot_from})) : j0;
-      for (int a = j0; a < j1; a += kPiece)
+      for (int a = j0; a < j1; a += kPiece) {
+        if (tile_values) {
+          for (int g = g0; g < g1; ++g)
+            if (whole_values) prefetch_whole_rows(t, a + kPiece, g - g0, g1 - g0, true);
+          values_heads(w, t, g0, g1, j0, a, std::min(j1, a + kPiece), enc_to, w.s.data(), s_per, st);
+          continue;
+        }
         for (int g = g0; g < g1; ++g) {
           if (whole_values) prefetch_whole_rows(t, a + kPiece, g - g0, g1 - g0, true);
           AttnState st_g = st.at(g - g0);
           values(w, t, g, j0, a, std::min(j1, a + kPiece), enc_to, bf16_dp, w.s.data() + (g - g0) * s_per, st_g);
         }
+      }
     }
   }
 
@@ -372,6 +388,50 @@ class Attender {
           attn_accumulate_bf16(st, sr + off, kSpan, vr, cnt);
           return true;
         });
+  }
+
+  // scores() for KV heads [g0, g1) at once, their scores s_per apart from s: the encoded keys in
+  // one call (attn_scores_quantized_heads), f32 rows a head at a time.
+  void scores_heads(Scratch& w, int t, int g0, int g1, int j0, int a, int b, float* s, size_t s_per) const {
+    s += a - j0;
+    rows_of(
+        w, t, g0, a, b, false,
+        [&](int off, const float* kr, size_t stride, int cnt) {
+          for (int g = g0; g < g1; ++g)
+            attn_scores(query(t, g), group_, hd_, b_.scale, kr + (g - g0) * hd_, stride, cnt, s + (g - g0) * s_per + off, kSpan);
+        },
+        [&](int off, const EncodedRows& kr, int cnt) {
+          attn_scores_quantized_heads(&w.qq[g0], g1 - g0, kr, cnt, s + off, kSpan, s_per);
+          return true;
+        });
+  }
+
+  // values() for KV heads [g0, g1) at once (states st.at(g - g0), weights s_per apart from s): the
+  // positions below enc_to in one call (attn_accumulate_quantized_heads), the rest a head at a time.
+  void values_heads(Scratch& w, int t, int g0, int g1, int j0, int a, int b, int enc_to, const float* s, size_t s_per,
+                    const StateArray& st) const {
+    const AttentionSeq& seq = b_.seqs[b_.rows[t].seq];
+    const int e = std::clamp(enc_to, a, b);
+    w.head_states.clear();
+    for (int g = g0; g < g1; ++g) w.head_states.push_back(st.at(g - g0));
+    if (e > a) {
+      const KvRowCodec& c = *seq.kv.codec;
+      cached_runs(
+          seq.kv, kv_dim_, hd_, g0, a, e, true, nullptr,
+          [](int, const float*, size_t, int) { KVLM_CHECK(false, "an f32 row below the encoded positions' end"); },
+          [&](int off, const EncodedRows& vr, int cnt) {
+            const size_t db = c.data_bytes(), pn = static_cast<size_t>(c.n_params());
+            for (int x = 0; x < cnt; ++x) {
+              w.vrows[off + x] = vr.data + x * db + c.head_data_offset(g0);
+              w.vprm[off + x] = vr.params + x * pn + c.head_param_offset(g0);
+            }
+            return true;
+          });
+      attn_accumulate_quantized_heads(c.dtype, w.head_states.data(), g1 - g0, s + (a - j0), kSpan, s_per, w.vrows.data(),
+                                      c.head_data_bytes(), w.vprm.data(), c.head_param_offset(1), e - a);
+    }
+    if (e < b)
+      for (int g = g0; g < g1; ++g) values(w, t, g, j0, e, b, e, false, s + (g - g0) * s_per, w.head_states[g - g0]);
   }
 
   static uint64_t next_id() {

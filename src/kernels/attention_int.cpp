@@ -4,9 +4,11 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "kernels/attention_amx.h"
 #include "kernels/quantize.h"
 
 #if KVLM_X86
@@ -23,7 +25,7 @@ bool integer_values(const KvRowCodec& c, int group) { return integer_scores(c, g
 
 void QuantQuery::prepare(DType t, const float* q, int g_, int hd_, float scale) {
   dtype = t, g = g_, hd = hd_;
-  const int padded = (g + 7) / 8 * 8;  // the SIMD kernels take heads eight at a time; the rest are zero
+  const int padded = (g + 15) / 16 * 16;  // the SIMD kernels take heads 8 or 16 at a time; the rest are zero
   codes.assign(static_cast<size_t>(padded) * hd, 0);
   qs.assign(padded, 0.0f);
   sums.assign(static_cast<size_t>(padded) * groups(), 0);
@@ -44,6 +46,10 @@ void QuantQuery::prepare(DType t, const float* q, int g_, int hd_, float scale) 
         std::memcpy(out, row.data(), hd);
     }
   }
+  if (amx_scores(t, hd, g))
+    amx::query_tiles(codes.data(), g, hd, tiles);
+  else
+    tiles.clear();
 }
 
 namespace {
@@ -206,6 +212,7 @@ void attn_accumulate_quantized(DType t, AttnState& st, const float* p, size_t p_
   KVLM_CHECK((t == DType::Int8 || t == DType::Int4) && st.hd % 32 == 0 && st.hd <= 256,
              "integer value sums take int8 or int4 rows with head sizes of 32s up to 256");
 #if KVLM_X86
+  if (amx_values(t, st.hd, st.g)) return amx::values_int8(&st, 1, p, p_stride, 0, rows, 0, prm, 0, n);
   if (isa_at_least(Isa::Avx512)) {
     return t == DType::Int8 ? avx512::values_int8(st, p, p_stride, rows, prm, n) : avx512::values_int4(st, p, p_stride, rows, prm, n);
   }
@@ -220,6 +227,7 @@ void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, flo
   KVLM_CHECK(q.dtype == k.codec->dtype && q.hd == k.codec->head_dim && integer_scores(*k.codec, q.g),
              "the query was not prepared for these keys");
 #if KVLM_X86
+  if (!q.tiles.empty() && amx_scores(q.dtype, q.hd, q.g)) return attn_scores_quantized_heads(&q, 1, k, n, s, s_stride, 0);
   if (isa_at_least(Isa::Avx512)) {
     return q.dtype == DType::Int8 ? avx512::scores_int8(q, k, n, s, s_stride) : avx512::scores_int4(q, k, n, s, s_stride);
   }
@@ -229,6 +237,40 @@ void attn_scores_quantized(const QuantQuery& q, const EncodedRows& k, int n, flo
   }
 #endif
   scalar::attn_scores_quantized(q, k, n, s, s_stride);
+}
+
+void attn_scores_quantized_heads(const QuantQuery* qq, int heads, const EncodedRows& k, int n, float* s, size_t s_stride,
+                                 size_t s_head) {
+#if KVLM_X86
+  if (heads > 0 && !qq[0].tiles.empty() && amx_scores(qq[0].dtype, qq[0].hd, qq[0].g)) {
+    KVLM_CHECK(qq[0].dtype == k.codec->dtype && qq[0].hd == k.codec->head_dim && k.h + heads <= k.codec->kv_dim / k.codec->head_dim,
+               "the queries were not prepared for these keys");
+    // 16 keys at a time on the tiles; the rest on the AVX-512 kernels, a head at a time.
+    const int done = amx::scores_int8(qq, heads, k, n, s, s_stride, s_head);
+    if (done == n) return;
+    const size_t db = k.codec->data_bytes(), pn = static_cast<size_t>(k.codec->n_params());
+    for (int x = 0; x < heads; ++x)
+      avx512::scores_int8(qq[x], EncodedRows{k.codec, k.data + done * db, k.params + done * pn, k.h + x}, n - done,
+                          s + x * s_head + done, s_stride);
+    return;
+  }
+#endif
+  for (int x = 0; x < heads; ++x)
+    attn_scores_quantized(qq[x], EncodedRows{k.codec, k.data, k.params, k.h + x}, n, s + x * s_head, s_stride);
+}
+
+void attn_accumulate_quantized_heads(DType t, AttnState* st, int heads, const float* p, size_t p_stride, size_t p_head,
+                                     const uint8_t* const* rows, size_t row_step, const float* const* prm,
+                                     size_t prm_step, int n) {
+  if (heads <= 0) return;
+  if (amx_values(t, st[0].hd, st[0].g))
+    return amx::values_int8(st, heads, p, p_stride, p_head, rows, row_step, prm, prm_step, n);
+  std::vector<const uint8_t*> r(n);  // head x's rows and parameters
+  std::vector<const float*> q(n);
+  for (int x = 0; x < heads; ++x) {
+    for (int j = 0; j < n; ++j) r[j] = rows[j] + x * row_step, q[j] = prm[j] + x * prm_step;
+    attn_accumulate_quantized(t, st[x], p + x * p_head, p_stride, r.data(), q.data(), n);
+  }
 }
 
 }  // namespace kvlm

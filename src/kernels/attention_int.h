@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "core/buffer.h"
+#include "core/cpu.h"
 #include "kernels/attention.h"
 
 namespace kvlm {
@@ -26,9 +27,20 @@ struct QuantQuery {
   Buffer<int8_t> codes;  // [g padded to 8s][hd], zero past g; int4: each group of 32 stored as its 16 even then 16 odd elements
   Buffer<float> qs;      // [g padded] the head's scale times the attention scale
   Buffer<int32_t> sums;  // [g padded][groups] the codes' sum per group (int8: one group, the head)
+  // Where the AMX tile kernels score these keys (amx_scores): the codes as B tiles, one per 64
+  // elements for each column offset o of the 16 / amx::tile_columns(g) a tile holds: row r
+  // holds bytes 4r..4r+3 of head i at bytes 4 (o * tile_columns + i).. (attention_amx.h). Empty elsewhere.
+  Buffer<int8_t> tiles;
   int groups() const { return dtype == DType::Int4 ? hd / 32 : 1; }
   void prepare(DType t, const float* q, int g, int hd, float scale);
 };
+
+// Whether the AMX tile kernels score int8 keys, and sum int8 values, of head size hd for groups
+// of g query heads on this thread (attention_amx.h): the CPU has them, the head size is a
+// multiple of 64 and the group at most 16 heads; values for groups of 8+ (groups of 4 ran
+// Llama-3-8B-shaped decode attention slower on the tiles than on AVX-512).
+bool amx_scores(DType t, int hd, int g);
+bool amx_values(DType t, int hd, int g);
 
 // Whether keys of this codec are scored in integers for groups of `group` query heads: int8 and
 // int4 with head sizes of 32s up to 256, for groups of 4 or more heads (the SIMD kernels score eight heads
@@ -59,6 +71,26 @@ bool integer_values(const KvRowCodec& c, int group);
 // first group's scale and zero point, the head's other groups following).
 void attn_accumulate_quantized(DType t, AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows,
                                const float* const* prm, int n);
+
+#if KVLM_X86
+namespace avx512 {
+// The value kernels' block weights of heads [0, nh) over one block of nb <= kValueBlock keys
+// (block_weights): head i's weights p + i p_stride, times the keys' scales sv (zero past nb),
+// into u + i kValueBlock (zero past nb) and its scale ws[i]. For the AMX value sums.
+void value_block_weights(const float* p, size_t p_stride, const float* sv, int nb, int nh, uint8_t* u, float* ws);
+}  // namespace avx512
+#endif
+
+// The same for KV heads [k.h, k.h + heads) at once: head k.h + x's query qq[x], its scores at
+// s + x * s_head. On AMX tiles this shares tiles between heads and overlaps one head's tile work
+// with the next one's; elsewhere it is the calls one head at a time. Equal to them bit for bit.
+void attn_scores_quantized_heads(const QuantQuery* qq, int heads, const EncodedRows& k, int n, float* s, size_t s_stride,
+                                 size_t s_head);
+// And attn_accumulate_quantized for heads [0, heads): head x's state st[x], weights p + x * p_head,
+// rows rows[j] + x * row_step and parameters prm[j] + x * prm_step (rows and prm: head 0's).
+void attn_accumulate_quantized_heads(DType t, AttnState* st, int heads, const float* p, size_t p_stride, size_t p_head,
+                                     const uint8_t* const* rows, size_t row_step, const float* const* prm,
+                                     size_t prm_step, int n);
 
 namespace scalar {
 void attn_accumulate_quantized(DType t, AttnState& st, const float* p, size_t p_stride, const uint8_t* const* rows,

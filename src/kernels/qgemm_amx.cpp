@@ -3,15 +3,12 @@
 #include "core/cpu.h"
 #include "core/buffer.h"
 #include "core/error.h"
+#include "kernels/amx_tiles.h"
 
 #include <cstring>
 
-// The tiles exist on x86-64 only, and have no emulation (the AVX-512 emulation build leaves them out).
-#if KVLM_X86 && !KVLM_AVX512_EMULATION
-#define KVLM_AMX 1
+#if KVLM_AMX
 #include <immintrin.h>
-#else
-#define KVLM_AMX 0
 #endif
 
 namespace kvlm {
@@ -45,24 +42,12 @@ constexpr size_t kTileBytes = kQuads * kQuadBytes;  // one block's B tile: 512 b
 #define KVLM_TILE_B1 4
 #define KVLM_TILE_C1 5
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
 void configure_tiles() {
   TileConfig c;
-  auto set = [&c](int tile, int rows, int bytes) {
-    c.rows[tile] = static_cast<uint8_t>(rows);
-    c.bytes_per_row[tile] = static_cast<uint16_t>(bytes);
-  };
-  for (int a : {KVLM_TILE_A0, KVLM_TILE_A1}) set(a, kAmxTokens, 32);
-  for (int b : {KVLM_TILE_B0, KVLM_TILE_B1}) set(b, kQuads, kQuadBytes);
-  for (int c : {KVLM_TILE_C0, KVLM_TILE_C1}) set(c, kAmxTokens, kAmxRows * 4);
-  // GCC's ldtilecfg names only the config's first 8 bytes as read: keep every store before it.
-  asm volatile("" ::: "memory");
-  _tile_loadconfig(&c);
+  for (int a : {KVLM_TILE_A0, KVLM_TILE_A1}) c.set(a, kAmxTokens, 32);
+  for (int b : {KVLM_TILE_B0, KVLM_TILE_B1}) c.set(b, kQuads, kQuadBytes);
+  for (int t : {KVLM_TILE_C0, KVLM_TILE_C1}) c.set(t, kAmxTokens, kAmxRows * 4);
+  use_tile_config(c);
 }
 
 // Group g's 8 rows of one packed block into columns 8g..8g+7 of the pair's B tile. Q8_0: quad j
@@ -106,8 +91,8 @@ void build_tiles(DType f, const uint8_t* first, int groups, int nb, int8_t* tile
   }
 }
 
-// (Helpers for the constructor and destructor: GCC does not apply the target pragma to their clones.)
-void release_tiles() { _tile_release(); }
+// (A helper for the destructor: GCC does not apply the target pragma to its clones.)
+void release_tiles() { release_tile_config(); }
 
 // This thread's scratch for the pair it holds: kept between pairs, so that a layer's hundreds of
 // pairs do not each allocate (and fault in) fresh pages.
