@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/attention_batch.h"
@@ -27,17 +28,17 @@ using test::randn;
 // over `kv_heads` KV heads of kHd.
 std::vector<float> run_heads(const KvLayerView& view, int cached, int fresh, int window, int heads, int kv_heads,
                              const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                             int threads = 0) {
+                             int threads = 0, int hd = kHd) {
   AttentionBatch b;
   b.n_heads = heads;
   b.n_kv_heads = kv_heads;
-  b.head_dim = kHd;
+  b.head_dim = hd;
   b.scale = 0.17f;
   b.window = window;
   b.q = q.data();
   b.k = k.data();
   b.v = v.data();
-  std::vector<float> out(static_cast<size_t>(fresh) * heads * kHd, -1.0f);
+  std::vector<float> out(static_cast<size_t>(fresh) * heads * hd, -1.0f);
   b.out = out.data();
   b.add_seq(cached, fresh);
   b.seqs[0].kv = view;
@@ -308,3 +309,53 @@ TEST(AttentionBatch, EncodedDecodeStepsOfLargeGroupsAgreeAcrossLayouts) {
   paged = with_ring(paged);
   for (int window : {0, 300}) decode_step_agrees(flat, paged, table, bs, cached, window, heads, kv_heads, q, k, v);
 }
+
+// int8 rows of head size 64 in groups of 8 and of 4 query heads (on a CPU with AMX: scores, and
+// for groups of 8 value sums, on tiles, several KV heads per call) with an f32 ring of the newest
+// positions, in shuffled blocks of 16: a decode step and a 20-row prefill give the vector path's
+// result bit for bit (where the CPU has AVX-512), on one and two threads, with and without a window.
+TEST(AttentionBatch, EncodedRowsOnTilesEqualTheVectorPath) {
+  const int hd = 64, kv_heads = 3, cached = 700, hot = 48, bs = 16, blocks = (cached + bs - 1) / bs;
+  const int kv_dim = kv_heads * hd;
+  if (!cpu_features().avx512f) GTEST_SKIP() << "SKIPPED: this CPU has no AVX-512 to compare the tiles with";
+  std::printf("[  ISA     ] EncodedRowsOnTilesEqualTheVectorPath: the %s path against avx512\n", isa_name(active_isa()));
+  KvRowCodec codec{DType::Int8, kv_dim, hd};
+  const size_t db = codec.data_bytes(), pn = static_cast<size_t>(codec.n_params());
+  const auto ck = randn(static_cast<size_t>(cached) * kv_dim, 51), cv = randn(ck.size(), 52);
+  std::vector<int> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(10));
+  std::vector<uint8_t> kq(static_cast<size_t>(blocks) * bs * db), vq(kq.size());
+  std::vector<float> kp(static_cast<size_t>(blocks) * bs * pn), vp(kp.size()), hk(static_cast<size_t>(hot) * kv_dim), hv(hk.size());
+  for (int p = 0; p < cached; ++p) {
+    const size_t row = static_cast<size_t>(table[p / bs]) * bs + p % bs;
+    codec.encode(ck.data() + static_cast<size_t>(p) * kv_dim, kq.data() + row * db, kp.data() + row * pn);
+    codec.encode(cv.data() + static_cast<size_t>(p) * kv_dim, vq.data() + row * db, vp.data() + row * pn);
+    if (p >= cached - hot) {
+      std::copy_n(ck.begin() + static_cast<size_t>(p) * kv_dim, kv_dim, hk.begin() + static_cast<size_t>(p % hot) * kv_dim);
+      std::copy_n(cv.begin() + static_cast<size_t>(p) * kv_dim, kv_dim, hv.begin() + static_cast<size_t>(p % hot) * kv_dim);
+    }
+  }
+  KvLayerView view;
+  view.block_table = table.data();
+  view.block_size = bs;
+  view.codec = &codec;
+  view.kq = kq.data(), view.vq = vq.data(), view.kp = kp.data(), view.vp = vp.data();
+  view.hot_from = cached - hot, view.hot_rows = hot, view.hot_k = hk.data(), view.hot_v = hv.data();
+  for (int group : {8, 4})
+    for (int fresh : {1, 20})
+      for (int window : {0, 300}) {
+        const int heads = group * kv_heads;
+        const auto q = randn(static_cast<size_t>(fresh) * heads * hd, 53 + group), k = randn(static_cast<size_t>(fresh) * kv_dim, 54),
+                   v = randn(k.size(), 55);
+        std::vector<float> vector_path;
+        {
+          IsaScope cap(Isa::Avx512);
+          vector_path = run_heads(view, cached, fresh, window, heads, kv_heads, q, k, v, 1, hd);
+        }
+        for (int threads = 1; threads <= std::min(2, ThreadPool::default_threads()); ++threads)
+          EXPECT_EQ(run_heads(view, cached, fresh, window, heads, kv_heads, q, k, v, threads, hd), vector_path)
+              << "group " << group << ", rows " << fresh << ", window " << window << ", threads " << threads;
+      }
+}
+
