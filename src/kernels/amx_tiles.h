@@ -14,6 +14,21 @@
 #define KVLM_AMX 0
 #endif
 
+// What the tile kernels are compiled for, between KVLM_AMX_TARGET_BEGIN and KVLM_AMX_TARGET_END
+// (GCC takes a target pragma, clang an attribute pragma). GCC's 512-bit conversions start from
+// an undefined vector that -Wmaybe-uninitialized reports once inlined; nothing is read
+// uninitialized (as attention_avx512.cpp).
+#define KVLM_AMX_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8"
+#if defined(__clang__)
+#define KVLM_AMX_TARGET_BEGIN KVLM_PRAGMA(clang attribute push(__attribute__((target(KVLM_AMX_TARGET))), apply_to = function))
+#define KVLM_AMX_TARGET_END _Pragma("clang attribute pop")
+#else
+#define KVLM_AMX_TARGET_BEGIN                                                                    \
+  _Pragma("GCC push_options") KVLM_PRAGMA(GCC target(KVLM_AMX_TARGET)) _Pragma("GCC diagnostic push") \
+      _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define KVLM_AMX_TARGET_END _Pragma("GCC diagnostic pop") _Pragma("GCC pop_options")
+#endif
+
 namespace kvlm {
 
 // The 64-byte operand of LDTILECFG (palette 1).

@@ -41,16 +41,7 @@ void query_tiles(const int8_t* codes, int g, int hd, Buffer<int8_t>& tiles) {
 
 #if KVLM_AMX
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8")
-// GCC's 512-bit conversions start from an undefined vector that -Wmaybe-uninitialized reports
-// once inlined; nothing is read uninitialized (as attention_avx512.cpp).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+KVLM_AMX_TARGET_BEGIN
 
 namespace {
 // The tile registers, by number (GCC's intrinsics paste the number into the instruction, so
@@ -250,12 +241,7 @@ void values_int8(AttnState* st, int heads, const float* p, size_t p_stride, size
   }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+KVLM_AMX_TARGET_END
 
 #else  // no tiles on this build
 int scores_int8(const QuantQuery*, int, const EncodedRows&, int, float*, size_t, size_t) {

@@ -17,16 +17,7 @@ bool amx_usable() { return KVLM_AMX && isa_at_least(Isa::Amx); }
 
 #if KVLM_AMX
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8")
-// GCC's 512-bit conversions start from an undefined vector that -Wmaybe-uninitialized reports
-// once inlined; nothing is read uninitialized (as attention_avx512.cpp).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+KVLM_AMX_TARGET_BEGIN
 
 namespace {
 constexpr int kQuads = 8;                          // a block's 32 values as 8 quads: the B tile's rows
@@ -180,12 +171,7 @@ void AmxGroupPair::multiply(const QuantizedActs& a, int t0, float out[kAmxTokens
   for (int t = 0; t < kAmxTokens; ++t) _mm512_storeu_ps(out[t], acc[t]);
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+KVLM_AMX_TARGET_END
 
 #else  // no tiles on this build
 
