@@ -1,8 +1,9 @@
 // The AMX tile multiply against the scalar twin, bit for bit, and the layers built on it: a token's
 // outputs are the same whether its batch took the tiles or the vector kernels. The int8 attention
-// of several KV heads at once (on tiles where the CPU has them) against the scalar twin a head at
-// a time, bit for bit. Where this CPU (or KVLM_ISA) has no AMX, the tile checks print SKIPPED
-// naming the ISA, and the layer and attention checks still run on the vector path.
+// of several KV heads at once (on tiles where the CPU has them; int4 a head at a time) against the
+// scalar twin a head at a time, bit for bit. Where this CPU (or KVLM_ISA) has no AMX, the tile
+// checks print SKIPPED naming the ISA, and the layer and attention checks still run on the vector
+// path.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -129,68 +130,82 @@ TEST(AmxKernels, QuantizedLayerGivesATokenTheSameValuesInAnyBatch) {
 // key tails under 16.
 TEST(AmxKernels, IntegerScoresOfSeveralHeadsEqualTheScalarTwinBitForBit) {
   amx_or_say_skipped();  // without tiles this checks the heads one at a time on the vector path
-  for (int g : {4, 5, 8, 12, 16})
-    for (int hd : {64, 128, 256})
-      for (int heads : {1, 2, 3, 5})
-        for (int n : {1, 15, 16, 17, 40, 64}) {
-          const KvRowCodec c{DType::Int8, (heads + 2) * hd, hd};
-          std::vector<uint8_t> raw(c.data_bytes() * n + 5);
-          std::vector<float> params(static_cast<size_t>(c.n_params()) * n);
-          auto x = randn(static_cast<size_t>(c.kv_dim) * n, g + hd + n);
-          for (int j = 0; j < n; ++j) c.encode(x.data() + static_cast<size_t>(j) * c.kv_dim, raw.data() + 5 + j * c.data_bytes(), params.data() + j * c.n_params());
-          std::vector<QuantQuery> qq(heads);
-          for (int h = 0; h < heads; ++h) {
-            auto q = randn(static_cast<size_t>(g) * hd, 100 + h);
-            qq[h].prepare(DType::Int8, q.data(), g, hd, 0.125f);
+  for (DType t : {DType::Int8, DType::Int4})
+    for (int g : {4, 5, 8, 12, 16})
+      for (int hd : {64, 128, 256})
+        for (int heads : {1, 2, 3, 5})
+          for (int n : {1, 15, 16, 17, 40, 64}) {
+            const KvRowCodec c{t, (heads + 2) * hd, hd};
+            std::vector<uint8_t> raw(c.data_bytes() * n + 5);
+            std::vector<float> params(static_cast<size_t>(c.n_params()) * n);
+            auto x = randn(static_cast<size_t>(c.kv_dim) * n, g + hd + n);
+            for (int j = 0; j < n; ++j)
+              c.encode(x.data() + static_cast<size_t>(j) * c.kv_dim, raw.data() + 5 + j * c.data_bytes(),
+                       params.data() + j * c.n_params());
+            std::vector<QuantQuery> qq(heads);
+            for (int h = 0; h < heads; ++h) {
+              auto q = randn(static_cast<size_t>(g) * hd, 100 + h);
+              qq[h].prepare(t, q.data(), g, hd, 0.125f);
+            }
+            const size_t s_stride = n + 3, s_head = g * s_stride + 7;
+            std::vector<float> got(heads * s_head + 9, std::numeric_limits<float>::quiet_NaN()), twin = got;
+            attn_scores_quantized_heads(qq.data(), heads, EncodedRows{&c, raw.data() + 5, params.data(), 1}, n,
+                                        got.data() + 4, s_stride, s_head);
+            for (int h = 0; h < heads; ++h)
+              scalar::attn_scores_quantized(qq[h], EncodedRows{&c, raw.data() + 5, params.data(), 1 + h}, n,
+                                            twin.data() + 4 + h * s_head, s_stride);
+            ASSERT_EQ(std::memcmp(got.data(), twin.data(), got.size() * 4), 0)
+                << dtype_name(t) << " g " << g << " hd " << hd << " heads " << heads << " n " << n;
           }
-          const size_t s_stride = n + 3, s_head = g * s_stride + 7;
-          std::vector<float> got(heads * s_head + 9, std::numeric_limits<float>::quiet_NaN()), twin = got;
-          attn_scores_quantized_heads(qq.data(), heads, EncodedRows{&c, raw.data() + 5, params.data(), 1}, n, got.data() + 4, s_stride, s_head);
-          for (int h = 0; h < heads; ++h)
-            scalar::attn_scores_quantized(qq[h], EncodedRows{&c, raw.data() + 5, params.data(), 1 + h}, n, twin.data() + 4 + h * s_head, s_stride);
-          ASSERT_EQ(std::memcmp(got.data(), twin.data(), got.size() * 4), 0) << "g " << g << " hd " << hd << " heads " << heads << " n " << n;
-        }
 }
 
 // Value sums of KV heads [1, 1 + heads) at once against the scalar twin one head at a time:
-// every byte value in the rows (misaligned by 3), positive scales, softmax-like weights with
-// zeros; blocks of 32 keys with tails. Groups under 8 heads take the vector path.
+// every byte value in the rows (misaligned by 3), positive scales (int4: zero points of either
+// sign), softmax-like weights with zeros; blocks of 32 keys with tails. Groups under 8 heads take
+// the vector path.
 TEST(AmxKernels, IntegerValueSumsOfSeveralHeadsEqualTheScalarTwinBitForBit) {
   amx_or_say_skipped();
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  for (int g : {4, 8, 12, 16})
-    for (int hd : {64, 128, 256})
-      for (int heads : {1, 2, 3})
-        for (int n : {1, 5, 32, 37, 100}) {
-          const int kvh = heads + 2;
-          std::vector<uint8_t> bytes(static_cast<size_t>(n) * kvh * hd + 3);
-          for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-          std::vector<float> params(static_cast<size_t>(n) * kvh);
-          for (auto& v : params) v = 0.01f + unit(rng);
-          std::vector<const uint8_t*> rows(n);
-          std::vector<const float*> prm(n);
-          for (int j = 0; j < n; ++j) rows[j] = bytes.data() + 3 + (static_cast<size_t>(j) * kvh + 1) * hd, prm[j] = params.data() + j * kvh + 1;
-          const size_t ps = n + 3, p_head = g * ps + 5;
-          std::vector<float> p(heads * p_head);
-          for (auto& v : p) v = unit(rng) < 0.1f ? 0.0f : std::exp(-8.0f * unit(rng));
-          std::vector<float> ml(2 * g, 1.0f), acc(static_cast<size_t>(heads) * g * hd), twin;
-          for (auto& v : acc) v = unit(rng) - 0.5f;
-          twin = acc;
-          std::vector<AttnState> st, st2;
-          for (int h = 0; h < heads; ++h) {
-            st.push_back({g, hd, ml.data(), ml.data() + g, acc.data() + static_cast<size_t>(h) * g * hd});
-            st2.push_back({g, hd, ml.data(), ml.data() + g, twin.data() + static_cast<size_t>(h) * g * hd});
+  for (DType t : {DType::Int8, DType::Int4})
+    for (int g : {4, 8, 12, 16})
+      for (int hd : {64, 128, 256})
+        for (int heads : {1, 2, 3})
+          for (int n : {1, 5, 32, 37, 100}) {
+            const bool i8 = t == DType::Int8;
+            const int kvh = heads + 2, row_bytes = i8 ? hd : hd / 2, n_prm = i8 ? 1 : 2 * (hd / 32);
+            std::vector<uint8_t> bytes(static_cast<size_t>(n) * kvh * row_bytes + 3);
+            for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+            std::vector<float> params(static_cast<size_t>(n) * kvh * n_prm);
+            for (size_t x = 0; x < params.size(); ++x)
+              params[x] = i8 || x % 2 == 0 ? 0.01f + unit(rng) : unit(rng) - 0.5f;
+            std::vector<const uint8_t*> rows(n);
+            std::vector<const float*> prm(n);
+            for (int j = 0; j < n; ++j)
+              rows[j] = bytes.data() + 3 + (static_cast<size_t>(j) * kvh + 1) * row_bytes,
+              prm[j] = params.data() + (static_cast<size_t>(j) * kvh + 1) * n_prm;
+            const size_t ps = n + 3, p_head = g * ps + 5;
+            std::vector<float> p(heads * p_head);
+            for (auto& v : p) v = unit(rng) < 0.1f ? 0.0f : std::exp(-8.0f * unit(rng));
+            std::vector<float> ml(2 * g, 1.0f), acc(static_cast<size_t>(heads) * g * hd), twin;
+            for (auto& v : acc) v = unit(rng) - 0.5f;
+            twin = acc;
+            std::vector<AttnState> st, st2;
+            for (int h = 0; h < heads; ++h) {
+              st.push_back({g, hd, ml.data(), ml.data() + g, acc.data() + static_cast<size_t>(h) * g * hd});
+              st2.push_back({g, hd, ml.data(), ml.data() + g, twin.data() + static_cast<size_t>(h) * g * hd});
+            }
+            attn_accumulate_quantized_heads(t, st.data(), heads, p.data(), ps, p_head, rows.data(), row_bytes,
+                                            prm.data(), n_prm, n);
+            for (int h = 0; h < heads; ++h) {
+              std::vector<const uint8_t*> r(n);
+              std::vector<const float*> q(n);
+              for (int j = 0; j < n; ++j) r[j] = rows[j] + h * row_bytes, q[j] = prm[j] + h * n_prm;
+              scalar::attn_accumulate_quantized(t, st2[h], p.data() + h * p_head, ps, r.data(), q.data(), n);
+            }
+            ASSERT_EQ(std::memcmp(acc.data(), twin.data(), acc.size() * 4), 0)
+                << dtype_name(t) << " g " << g << " hd " << hd << " heads " << heads << " n " << n;
           }
-          attn_accumulate_quantized_heads(DType::Int8, st.data(), heads, p.data(), ps, p_head, rows.data(), hd, prm.data(), 1, n);
-          for (int h = 0; h < heads; ++h) {
-            std::vector<const uint8_t*> r(n);
-            std::vector<const float*> q(n);
-            for (int j = 0; j < n; ++j) r[j] = rows[j] + h * hd, q[j] = prm[j] + h;
-            scalar::attn_accumulate_quantized(DType::Int8, st2[h], p.data() + h * p_head, ps, r.data(), q.data(), n);
-          }
-          ASSERT_EQ(std::memcmp(acc.data(), twin.data(), acc.size() * 4), 0) << "g " << g << " hd " << hd << " heads " << heads << " n " << n;
-        }
 }
 
 }  // namespace
