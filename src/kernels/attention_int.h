@@ -24,7 +24,7 @@ struct QuantQuery {
   int g = 0, hd = 0;
   // 64-byte aligned (Buffer): every key reads 32 bytes of each head's codes, and a vector's
   // 16-byte alignment split half of those loads across two cache lines.
-  Buffer<int8_t> codes;  // [g padded to 8s][hd], zero past g; int4: each group of 32 stored as its 16 even then 16 odd elements
+  Buffer<int8_t> codes;  // [g padded to 16s][hd], zero past g; int4: each group of 32 stored as its 16 even then 16 odd elements
   Buffer<float> qs;      // [g padded] the head's scale times the attention scale
   Buffer<int32_t> sums;  // [g padded][groups] the codes' sum per group (int8: one group, the head)
   // Where the AMX tile kernels score these keys (amx_scores): the codes as B tiles, one per 64
