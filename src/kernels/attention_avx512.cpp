@@ -9,6 +9,7 @@
 #if KVLM_X86
 #include "kernels/attention_rows.h"
 #include "kernels/avx512_intrinsics.h"
+#include "kernels/vexp.h"
 #endif
 
 namespace kvlm::avx512 {
@@ -178,21 +179,21 @@ template <int K>
 KVLM_AVX512 inline void exp16_reduced(__m512* x, __m512* n) {
   __m512 r[K], p[K];
   for (int k = 0; k < K; ++k)
-    n[k] = _mm512_roundscale_ps(_mm512_mul_ps(x[k], _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  for (int k = 0; k < K; ++k) r[k] = _mm512_fnmadd_ps(n[k], _mm512_set1_ps(0.693359375f), x[k]);
-  for (int k = 0; k < K; ++k) r[k] = _mm512_fnmadd_ps(n[k], _mm512_set1_ps(-2.12194440e-4f), r[k]);
-  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r[k], _mm512_set1_ps(1.3981999507e-3f));
-  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(8.3334519073e-3f));
-  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(4.1665795894e-2f));
-  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(1.6666665459e-1f));
-  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(5.0000001201e-1f));
+    n[k] = _mm512_roundscale_ps(_mm512_mul_ps(x[k], _mm512_set1_ps(ExpPoly::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  for (int k = 0; k < K; ++k) r[k] = _mm512_fnmadd_ps(n[k], _mm512_set1_ps(ExpPoly::kLn2Hi), x[k]);
+  for (int k = 0; k < K; ++k) r[k] = _mm512_fnmadd_ps(n[k], _mm512_set1_ps(ExpPoly::kLn2Lo), r[k]);
+  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(_mm512_set1_ps(ExpPoly::kP[0]), r[k], _mm512_set1_ps(ExpPoly::kP[1]));
+  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(ExpPoly::kP[2]));
+  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(ExpPoly::kP[3]));
+  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(ExpPoly::kP[4]));
+  for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(ExpPoly::kP[5]));
   for (int k = 0; k < K; ++k) x[k] = _mm512_fmadd_ps(p[k], _mm512_mul_ps(r[k], r[k]), _mm512_add_ps(r[k], _mm512_set1_ps(1.0f)));
 }
 
 // vexp.h's exp8xk_nonpositive_avx2 on 16 lanes, bit for bit (below the range 0, NaN stays NaN).
 template <int K>
 KVLM_AVX512 inline void exp16xk_nonpositive(__m512* x) {
-  const __m512 lo = _mm512_set1_ps(-87.3365448f);
+  const __m512 lo = _mm512_set1_ps(ExpPoly::kLo);
   __mmask16 under[K];
   __m512 p[K], n[K];
   for (int k = 0; k < K; ++k) {

@@ -9,6 +9,16 @@
 
 namespace kvlm {
 
+// The polynomial's constants, named once for every vector width (attention_avx512.cpp's 16-lane
+// exponential must stay this arithmetic bit for bit).
+struct ExpPoly {
+  static constexpr float kLog2e = 1.44269504088896341f;
+  static constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 in two parts
+  static constexpr float kP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                  4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+  static constexpr float kLo = -87.3365448f, kHi = 88.7228391f;  // below: 0; above: inf
+};
+
 // exp(x) = p * 2^n for K vectors x already clamped to the float range: p into x, n into n. The
 // steps go across the K vectors in turn: one exponential is a chain of ~15 dependent operations,
 // and issued one after another the chains filled the FP scheduler. Every vector gets the same
@@ -17,19 +27,19 @@ template <int K>
 __attribute__((target("avx2,fma"))) inline void exp8_reduced(__m256* x, __m256* n) {
   __m256 r[K], p[K];
   for (int k = 0; k < K; ++k)
-    n[k] = _mm256_round_ps(_mm256_mul_ps(x[k], _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  for (int k = 0; k < K; ++k) r[k] = _mm256_fnmadd_ps(n[k], _mm256_set1_ps(0.693359375f), x[k]);  // x - n ln2, in two parts
-  for (int k = 0; k < K; ++k) r[k] = _mm256_fnmadd_ps(n[k], _mm256_set1_ps(-2.12194440e-4f), r[k]);
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r[k], _mm256_set1_ps(1.3981999507e-3f));
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(8.3334519073e-3f));
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(4.1665795894e-2f));
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.6666665459e-1f));
-  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(5.0000001201e-1f));
+    n[k] = _mm256_round_ps(_mm256_mul_ps(x[k], _mm256_set1_ps(ExpPoly::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  for (int k = 0; k < K; ++k) r[k] = _mm256_fnmadd_ps(n[k], _mm256_set1_ps(ExpPoly::kLn2Hi), x[k]);  // x - n ln2, in two parts
+  for (int k = 0; k < K; ++k) r[k] = _mm256_fnmadd_ps(n[k], _mm256_set1_ps(ExpPoly::kLn2Lo), r[k]);
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(_mm256_set1_ps(ExpPoly::kP[0]), r[k], _mm256_set1_ps(ExpPoly::kP[1]));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(ExpPoly::kP[2]));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(ExpPoly::kP[3]));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(ExpPoly::kP[4]));
+  for (int k = 0; k < K; ++k) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(ExpPoly::kP[5]));
   for (int k = 0; k < K; ++k) x[k] = _mm256_fmadd_ps(p[k], _mm256_mul_ps(r[k], r[k]), _mm256_add_ps(r[k], _mm256_set1_ps(1.0f)));
 }
 
 __attribute__((target("avx2,fma"))) inline __m256 exp8_avx2(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.7228391f), lo = _mm256_set1_ps(-87.3365448f);
+  const __m256 hi = _mm256_set1_ps(ExpPoly::kHi), lo = _mm256_set1_ps(ExpPoly::kLo);
   const __m256 over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
   // min/max return their second operand where either is NaN: a NaN stays NaN throughout (its
   // 2^n below is a finite number), and neither mask holds for it.
@@ -53,7 +63,7 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8_avx2(__m256 x) {
 // than one (two: a fifth).
 template <int K>
 __attribute__((target("avx2,fma"))) inline void exp8xk_nonpositive_avx2(__m256* x) {
-  const __m256 lo = _mm256_set1_ps(-87.3365448f);
+  const __m256 lo = _mm256_set1_ps(ExpPoly::kLo);
   __m256 under[K], p[K], n[K];
   for (int k = 0; k < K; ++k) {
     under[k] = _mm256_cmp_ps(x[k], lo, _CMP_LT_OQ);
