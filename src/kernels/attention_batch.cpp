@@ -353,6 +353,24 @@ class Attender {
         });
   }
 
+  // KV head g's encoded value rows of positions [a, e) (all below the f32 ring) and their
+  // parameters into w.vrows and w.vprm, for the integer value sums.
+  void encoded_value_rows(Scratch& w, const AttentionSeq& seq, int g, int a, int e) const {
+    cached_runs(
+        seq.kv, kv_dim_, hd_, g, a, e, true, nullptr,
+        [](int, const float*, size_t, int) { KVLM_CHECK(false, "an f32 row below the encoded positions' end"); },
+        [&](int off, const EncodedRows& vr, int cnt) {
+          const KvRowCodec& c = *vr.codec;
+          const size_t db = c.data_bytes(), pn = static_cast<size_t>(c.n_params());
+          const size_t at = c.head_data_offset(g), pat = c.head_param_offset(g);
+          for (int x = 0; x < cnt; ++x) {
+            w.vrows[off + x] = vr.data + x * db + at;
+            w.vprm[off + x] = vr.params + x * pn + pat;
+          }
+          return true;
+        });
+  }
+
   // Adds the values of positions [a, b) of the span from j0, weighted by s (as scores leaves it,
   // after attn_update), to st: those below enc_to summed in integers, bf16 rows with bf16
   // products where bf16_dp holds, the rest in f32.
@@ -362,19 +380,7 @@ class Attender {
     s += a - j0;
     const int e = std::clamp(enc_to, a, b);
     if (e > a) {
-      cached_runs(
-          seq.kv, kv_dim_, hd_, g, a, e, true, nullptr,
-          [](int, const float*, size_t, int) { KVLM_CHECK(false, "an f32 row below the encoded positions' end"); },
-          [&](int off, const EncodedRows& vr, int cnt) {
-            const KvRowCodec& c = *vr.codec;
-            const size_t db = c.data_bytes(), pn = static_cast<size_t>(c.n_params());
-            const size_t at = c.head_data_offset(g), pat = c.head_param_offset(g);
-            for (int x = 0; x < cnt; ++x) {
-              w.vrows[off + x] = vr.data + x * db + at;
-              w.vprm[off + x] = vr.params + x * pn + pat;
-            }
-            return true;
-          });
+      encoded_value_rows(w, seq, g, a, e);
       attn_accumulate_quantized(seq.kv.codec->dtype, st, s, kSpan, w.vrows.data(), w.vprm.data(), e - a);
     }
     const float* sr = s + (e - a);  // the weights of the rest
@@ -416,17 +422,7 @@ class Attender {
     for (int g = g0; g < g1; ++g) w.head_states.push_back(st.at(g - g0));
     if (e > a) {
       const KvRowCodec& c = *seq.kv.codec;
-      cached_runs(
-          seq.kv, kv_dim_, hd_, g0, a, e, true, nullptr,
-          [](int, const float*, size_t, int) { KVLM_CHECK(false, "an f32 row below the encoded positions' end"); },
-          [&](int off, const EncodedRows& vr, int cnt) {
-            const size_t db = c.data_bytes(), pn = static_cast<size_t>(c.n_params());
-            for (int x = 0; x < cnt; ++x) {
-              w.vrows[off + x] = vr.data + x * db + c.head_data_offset(g0);
-              w.vprm[off + x] = vr.params + x * pn + c.head_param_offset(g0);
-            }
-            return true;
-          });
+      encoded_value_rows(w, seq, g0, a, e);
       attn_accumulate_quantized_heads(c.dtype, w.head_states.data(), g1 - g0, s + (a - j0), kSpan, s_per, w.vrows.data(),
                                       c.head_data_bytes(), w.vprm.data(), c.head_param_offset(1), e - a);
     }
