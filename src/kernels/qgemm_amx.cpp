@@ -33,12 +33,15 @@ constexpr size_t kTileBytes = kQuads * kQuadBytes;  // one block's B tile: 512 b
 #define KVLM_TILE_B1 4
 #define KVLM_TILE_C1 5
 
-void configure_tiles() {
-  TileConfig c;
-  for (int a : {KVLM_TILE_A0, KVLM_TILE_A1}) c.set(a, kAmxTokens, 32);
-  for (int b : {KVLM_TILE_B0, KVLM_TILE_B1}) c.set(b, kQuads, kQuadBytes);
-  for (int t : {KVLM_TILE_C0, KVLM_TILE_C1}) c.set(t, kAmxTokens, kAmxRows * 4);
-  use_tile_config(c);
+const TileConfig& gemm_config() {
+  static const TileConfig c = [] {
+    TileConfig t;
+    for (int a : {KVLM_TILE_A0, KVLM_TILE_A1}) t.set(a, kAmxTokens, 32);
+    for (int b : {KVLM_TILE_B0, KVLM_TILE_B1}) t.set(b, kQuads, kQuadBytes);
+    for (int x : {KVLM_TILE_C0, KVLM_TILE_C1}) t.set(x, kAmxTokens, kAmxRows * 4);
+    return t;
+  }();
+  return c;
 }
 
 // Group g's 8 rows of one packed block into columns 8g..8g+7 of the pair's B tile. Q8_0: quad j
@@ -82,9 +85,6 @@ void build_tiles(DType f, const uint8_t* first, int groups, int nb, int8_t* tile
   }
 }
 
-// (A helper for the destructor: GCC does not apply the target pragma to its clones.)
-void release_tiles() { release_tile_config(); }
-
 // This thread's scratch for the pair it holds: kept between pairs, so that a layer's hundreds of
 // pairs do not each allocate (and fault in) fresh pages.
 struct PairScratch {
@@ -108,11 +108,11 @@ AmxGroupPair::AmxGroupPair(DType f, const uint8_t* first, int groups, int nb) : 
   tiles_ = t_scratch.tiles.data();
   scales_ = t_scratch.scales.data();
   build_tiles(f, first, groups, nb, tiles_, scales_);
-  configure_tiles();
+  use_tile_config(gemm_config());
 }
 
 AmxGroupPair::~AmxGroupPair() {
-  release_tiles();
+  release_tile_config();
   t_scratch.in_use = false;
 }
 
