@@ -190,9 +190,10 @@ TEST(IsaKernels, F32ScoresOfAHeadAreTheSameInEveryGroupSize) {
   });
 }
 
-// The AVX-512 row's f32 scores (keys in pairs, heads by eights or fours) and softmax exponentials (16 lanes) are the AVX2
-// row's arithmetic, bit for bit: the same scores, weights, denominators and rescaled sums at every
-// length (32-key blocks, eights, tails), with keys masked (-inf) and far below the max (exp -> 0).
+// The AVX-512 row's f32 scores (keys in pairs, heads by eights or fours), softmax maxes (four chains
+// of 16 lanes) and exponentials (16 lanes) are the AVX2 row's arithmetic, bit for bit: the same
+// scores, maxes, weights, denominators and rescaled sums at every length (64-key and 32-key blocks,
+// sixteens, eights, tails, a whole span of 256), with keys masked (-inf) and far below the max (exp -> 0).
 TEST(IsaKernels, Avx512ScoresAndSoftmaxAreTheAvx2ArithmeticBitForBit) {
   if (static_cast<int>(active_isa()) < static_cast<int>(Isa::Avx512)) {
     std::printf("[  ISA     ] Avx512ScoresAndSoftmaxAreTheAvx2ArithmeticBitForBit: SKIPPED the avx512 path: this CPU or KVLM_ISA lacks it\n");
@@ -200,7 +201,7 @@ TEST(IsaKernels, Avx512ScoresAndSoftmaxAreTheAvx2ArithmeticBitForBit) {
   }
   for (int hd : {8, 40, 64, 128, 256, 264})  // 264: groups not of 8s past the AVX-512 quads' 256
     for (int g : {4, 5, 7, 8, 12, 16})
-      for (int n : {1, 7, 8, 9, 31, 32, 33, 63, 64, 97, 128}) {
+      for (int n : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 97, 128, 200, 256}) {
         const size_t stride = static_cast<size_t>(hd) * 2 + 3;  // misaligned rows
         auto q = randn(static_cast<size_t>(g) * hd, 3 + n), k = randn(n * stride + 1, 4 + hd);
         const size_t acc_n = static_cast<size_t>(g) * hd;

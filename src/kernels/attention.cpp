@@ -323,11 +323,13 @@ KVLM_AVX2 void accumulate_group_avx2(AttnState& st, const float* p, size_t p_str
   }
 }
 
-// The span's max and sum, 8 lanes at a time: a serial sum of 128 scores was a chain of 128 dependent
-// adds, a fifth of a long-context step. The lanes are summed in a fixed order.
+// The span's max and sum, 8 lanes at a time (the max's whole 16s by avx512::max_blocks where
+// the CPU has it): a serial sum of 128 scores was a chain of 128 dependent adds, a fifth of a
+// long-context step. The lanes are summed in a fixed order.
 KVLM_AVX2 float max_avx2(const float* s, int n) {
-  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  int j = 0;
+  float wide = -std::numeric_limits<float>::infinity();
+  int j = avx512::max_blocks(s, n, wide);
+  __m256 m = _mm256_set1_ps(wide);
   for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
   alignas(32) float t[8];
   _mm256_store_ps(t, m);

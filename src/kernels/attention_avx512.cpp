@@ -22,10 +22,11 @@ constexpr int kAhead = 8;
 
 #define KVLM_AVX512 __attribute__((target(KVLM_AVX512_TARGET)))
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through their masked builtins, which
-// -Wmaybe-uninitialized reports once inlined; nothing is read uninitialized.
+// -W(maybe-)uninitialized reports once inlined; nothing is read uninitialized.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 struct F32Rows16 {
   const float* p;
@@ -225,6 +226,21 @@ KVLM_AVX512 int exp_blocks(float* s, int n, float mx, float* sum8) {
   _mm256_storeu_ps(sum8, a);
   return j;
 }
+
+KVLM_AVX512 int max_in_blocks(const float* s, int n, float& mx) {
+  __m512 m[4];
+  for (auto& x : m) x = _mm512_set1_ps(mx);
+  int j = 0;
+  for (; j + 64 <= n; j += 64)
+    for (int k = 0; k < 4; ++k) m[k] = _mm512_max_ps(m[k], _mm512_loadu_ps(s + j + 16 * k));
+  for (; j + 16 <= n; j += 16) m[0] = _mm512_max_ps(m[0], _mm512_loadu_ps(s + j));
+  const __m512 m16 = _mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3]));
+  float lanes[16];
+  _mm512_storeu_ps(lanes, m16);
+  mx = *std::max_element(lanes, lanes + 16);
+  return j;
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -294,10 +310,12 @@ template int scores_key_pairs(const float*, int, int, float, const Int8Rows&, in
 template int scores_key_pairs(const float*, int, int, float, const Int4Rows&, int, float*, size_t);
 
 int exp_minus_blocks(float* s, int n, float mx, float* sum8) { return isa_at_least(Isa::Avx512) ? exp_blocks(s, n, mx, sum8) : 0; }
+int max_blocks(const float* s, int n, float& mx) { return isa_at_least(Isa::Avx512) ? max_in_blocks(s, n, mx) : 0; }
 #else
 int accumulate_f32_heads(AttnState&, const float*, size_t, const float*, size_t, int) { return 0; }
 bool accumulate_encoded(AttnState&, const float*, size_t, const EncodedRows&, int) { return false; }
 int exp_minus_blocks(float*, int, float, float*) { return 0; }
+int max_blocks(const float*, int, float&) { return 0; }
 #endif
 
 }  // namespace kvlm::avx512

@@ -66,7 +66,7 @@ struct AttentionBatch {
   void add_seq(int context_len, int n_rows);
 };
 
-// Causal attention of every new row, with an online softmax over spans of 128 logical
+// Causal attention of every new row, with an online softmax over spans of 256 logical
 // positions (attention.h), so each cache layout gives bit-identical results.
 void attention_batch(const AttentionBatch& b, ThreadPool& pool);
 
