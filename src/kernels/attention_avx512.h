@@ -33,8 +33,8 @@ int scores_key_pairs(const float* q, int g, int hd, float scale, const Rows& k, 
 int exp_minus_blocks(float* s, int n, float mx, float* sum8);
 
 // The largest of s[0, returned) (whole 16s) and mx: four chains of 16 lanes (one chain of 8
-// waited on each max's latency, 7% of an int8 decode step in L3). The max is exact in any
-// order. 0 (and mx unchanged) without AVX-512.
+// lanes waited on each max's latency: 3-5% of an int8 decode step in L3, perf). The max is
+// exact in any order. 0 (and mx unchanged) without AVX-512.
 int max_blocks(const float* s, int n, float& mx);
 
 }  // namespace kvlm::avx512
