@@ -331,6 +331,34 @@ TEST(IsaKernels, IntegerValueSumsMatchScalarTwinBitForBitAndTheExactSums) {
   check(false);  // the scalar twin itself against the exact sums, on any CPU
 }
 
+// The largest sums the value kernels can meet: every weight the block's maximum (codes 127), every
+// int8 code -128 and every nibble 15, where the AVX2 int4 kernel sums a block in int16 lanes
+// (8 quads x 2 x 127 x 15 = 30480). The SIMD sums must equal the scalar twin's and the exact
+// 127 x 32 x code per element.
+TEST(IsaKernels, IntegerValueSumsAtTheirLargestAreExact) {
+  for_each_simd_isa([] {
+    for (DType t : {DType::Int8, DType::Int4})
+      for (int hd : {32, 64, 256}) {
+        const bool i8 = t == DType::Int8;
+        const int n = 64, g = 8, row_bytes = i8 ? hd : hd / 2, n_prm = i8 ? 1 : 2 * (hd / 32);
+        std::vector<uint8_t> bytes(static_cast<size_t>(n) * row_bytes, i8 ? 0x80 : 0xFF);
+        std::vector<float> params(static_cast<size_t>(n) * n_prm);
+        for (size_t x = 0; x < params.size(); ++x) params[x] = i8 || x % 2 == 0 ? 1.0f : 0.0f;  // scale 1, zero point 0
+        std::vector<const uint8_t*> rows(n);
+        std::vector<const float*> prm(n);
+        for (int j = 0; j < n; ++j) rows[j] = bytes.data() + static_cast<size_t>(j) * row_bytes, prm[j] = params.data() + static_cast<size_t>(j) * n_prm;
+        std::vector<float> p(static_cast<size_t>(g) * n, 0.5f), m(g), l(g), acc1(static_cast<size_t>(g) * hd), acc2(acc1.size());
+        AttnState s1{g, hd, m.data(), l.data(), acc1.data()}, s2{g, hd, m.data(), l.data(), acc2.data()};
+        attn_accumulate_quantized(t, s1, p.data(), n, rows.data(), prm.data(), n);
+        scalar::attn_accumulate_quantized(t, s2, p.data(), n, rows.data(), prm.data(), n);
+        ASSERT_EQ(std::memcmp(acc1.data(), acc2.data(), acc1.size() * 4), 0) << dtype_name(t) << " hd " << hd;
+        // Two blocks, each weighed by ws = 0.5 / 127 over 32 codes of 127: 2 x 0.5 x 32 x code.
+        const float expect = 32.0f * (i8 ? -128.0f : 15.0f);
+        for (float x : acc1) ASSERT_EQ(x, expect) << dtype_name(t) << " hd " << hd;
+      }
+  });
+}
+
 // bf16 rows with bf16 products (attention_bf16.h): the SIMD kernels against the scalar twins bit
 // for bit, and both against float64 sums of the decoded rows: only the rounding of the query (or
 // of the weights) to bf16 differs, at most 2^-8 of each element, so |error| <= 2^-8 * sum |q k|
