@@ -7,9 +7,12 @@ secs=${2:-30}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for target in safetensors gguf config tokenizer_json llama2c cli_args request block_record; do
+for target in safetensors gguf config tokenizer_json llama2c cli_args request block_record chat_template; do
   mkdir -p "$work/$target"
   cp -r "$here/corpus/$target/." "$work/$target/"
+  # Real models' templates as further seeds where ../shared is here (read, never committed).
+  shared=${KVLM_SHARED:-$here/../../shared}
+  if [ "$target" = chat_template ] && [ -d "$shared/chat-templates" ]; then cp "$shared"/chat-templates/*.jinja "$work/$target/"; fi
   echo "== fuzz_$target for ${secs}s on $(ls "$here/corpus/$target" | wc -l) seeds"
   if ! "$build/fuzz/fuzz_$target" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
       -artifact_prefix="$work/" "$work/$target" >"$work/$target.log" 2>&1; then

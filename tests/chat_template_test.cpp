@@ -67,6 +67,75 @@ TEST(ChatTemplates, WorkIsBounded) {
   EXPECT_THROW(big.render(json::array(), true, "", ""), KvlmError);
 }
 
+// Parsing, rendering and freeing a template recurse once a level: every way of nesting is
+// refused past its limit with an error (each of these crashed the process at 10,000 or 100,000
+// levels), and 99 levels still render.
+TEST(ChatTemplates, DeepNestingIsAnErrorNotACrash) {
+  auto nested = [](const std::string& kind, int n) {
+    auto rep = [](const std::string& x, int k) {
+      std::string r;
+      for (int i = 0; i < k; ++i) r += x;
+      return r;
+    };
+    if (kind == "parens") return "{{ " + rep("(", n) + "1" + rep(")", n) + " }}";
+    if (kind == "lists") return "{{ " + rep("[", n) + rep("]", n) + " }}";
+    if (kind == "not") return "{{ " + rep("not ", n) + "1 }}";
+    if (kind == "plus") return "{{ 1" + rep("+1", n) + " }}";
+    if (kind == "power") return "{{ 1" + rep("**1", n) + " }}";
+    if (kind == "filters") return "{{ 1" + rep("|string", n) + " }}";
+    if (kind == "attributes") return "{{ x" + rep(".a", n) + " }}";
+    if (kind == "calls") return "{{ x" + rep("()", n) + " }}";
+    if (kind == "else") return "{{ 1" + rep(" if false else 1", n) + " }}";
+    return rep("{% if true %}", n) + "x" + rep("{% endif %}", n);  // blocks
+  };
+  for (const char* kind : {"parens", "lists", "not", "plus", "power", "filters", "attributes", "calls", "else", "blocks"}) {
+    for (int n : {10000, 60000}) {
+      try {
+        ChatTemplate t(nested(kind, n));
+        ADD_FAILURE() << kind << " x " << n << " parsed";
+      } catch (const KvlmError& e) {
+        EXPECT_TRUE(std::string(e.what()).find("nest") != std::string::npos || std::string(e.what()).find("over 1 MB") != std::string::npos)
+            << kind << ": " << e.what();
+      }
+    }
+    ChatTemplate ok(nested(kind, 99));
+    if (std::string(kind) != "calls") {
+      EXPECT_NO_THROW(ok.render(json::array(), true, "", "")) << kind;
+    }
+  }
+  // A macro that calls itself inside 98 blocks and a deep expression: the run's own nesting
+  // (expressions, statements and calls together) is bounded before the stack is.
+  std::string body = "f(k + 1)";
+  for (int i = 0; i < 90; ++i) body = "(" + body + " ~ '')";
+  std::string deep = "{% macro f(k) %}";
+  for (int i = 0; i < 98; ++i) deep += "{% if true %}";
+  deep += "{{ k < 63 and " + body + " }}";
+  for (int i = 0; i < 98; ++i) deep += "{% endif %}";
+  ChatTemplate t(deep + "{% endmacro %}{{ f(0) }}");
+  EXPECT_THROW(t.render(json::array(), true, "", ""), KvlmError);
+}
+
+// Integers as Python has them, exact in int64 (sums past 2^53 went through doubles and came out
+// wrong), and an error, not undefined behaviour, where Python's would leave int64; widths and
+// repetitions that would allocate without bound are refused.
+TEST(ChatTemplates, IntegersAtTheEndsOfInt64) {
+  ChatTemplate t(
+      "{{ -9223372036854775807 + 3 }}|{{ 7 // -2 }}|{{ 7 % -2 }}|{{ -7 // 2 }}|{{ -7 % 2 }}|{{ 2 ** 62 }}|{{ 2 ** -1 }}|"
+      "{{ (-9223372036854775807 - 1) % -1 }}|{{ true + 1 }}|"
+      "{{ range(9223372036854775806, 9223372036854775807, 10) | list }}|{{ range(-9223372036854775807, -9223372036854775804) | length }}|"
+      "{{ range(5, 0, -2) | list }}|{{ range(3, 3) | list }}|{{ 'abc'[::9223372036854775807] }}|{{ 'abc'[::-9223372036854775807] }}|"
+      "{{ '' * 1000000000000000000 }}|{{ 'a\nb' | indent(-3) }}|{{ [1] | tojson(indent=-5) }}");
+  EXPECT_EQ(t.render(json::array(), true, "", ""),
+            "-9223372036854775804|-4|-1|-4|1|4611686018427387904|0.5|0|2|[9223372036854775806]|3|[5, 3, 1]|[]|a|c||a\nb|[\n1\n]");
+  for (const char* bad : {"{{ 9223372036854775807 + 1 }}", "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) // -1 }}",
+                          "{{ 2 ** 63 }}", "{{ 3 * 4611686018427387904 }}", "{{ range(-9223372036854775807, 9223372036854775807) | length }}",
+                          "{{ range(0, 5, 0) | list }}", "{{ 'ab' * 9223372036854775807 }}", "{{ [1] | tojson(indent=100000000000) }}",
+                          "{{ 'a' | indent(99999999999) }}", "{{ 1e300 | int }}"}) {
+    ChatTemplate b(bad);
+    EXPECT_THROW(b.render(json::array(), true, "", ""), KvlmError) << bad;
+  }
+}
+
 TEST(ChatTemplates, PythonSemanticsOfValues) {
   ChatTemplate t(
       "{{ [1, 'a', none, true] }}|{{ {'k': 1.5} | tojson }}|{{ 'abc'[::-1] }}|{{ [1,2,3][-2:] }}|"

@@ -8,6 +8,12 @@
 
 namespace kvlm::jinja {
 
+// How deep a template may nest: expressions (parentheses, operators, chains of filters or
+// attributes) and blocks each. Parsing, rendering and freeing a tree recurse once a level, so a
+// deeper template would overflow the stack (a 20 KB template of parentheses crashed the
+// process); real chat templates nest under 20.
+inline constexpr int kMaxNesting = 100;
+
 struct Expr;
 using ExprP = std::shared_ptr<Expr>;
 
@@ -20,6 +26,7 @@ struct Expr {
   std::vector<ExprP> kids;      // operands; Call/Filter/Test: [callee/subject, positional..., keyword...]
   std::vector<std::string> kw;  // keyword names of the trailing kids
   bool negate = false;          // Test: "is not"
+  int depth = 1;                // this tree's height, at most kMaxNesting
 };
 
 struct Node;

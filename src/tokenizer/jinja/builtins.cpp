@@ -144,7 +144,9 @@ Value Interp::filter(const std::string& name, const Value& v, const Args& a, int
   }
   if (name == "tojson") {
     const Value* ind = a.get(0, "indent");
-    return Value::str(py_json(v, ind && ind->t == T::Int ? static_cast<int>(ind->i) : -1));
+    // Python indents by max(indent, 0) spaces a level; more than kMaxIndent is refused, not allocated.
+    if (ind && ind->t == T::Int && ind->i > kMaxIndent) err(line, "tojson indent over " + std::to_string(kMaxIndent));
+    return Value::str(py_json(v, ind && ind->t == T::Int ? static_cast<int>(std::max<int64_t>(ind->i, 0)) : -1));
   }
   if (name == "items") return method(v.t == T::Dict ? v : Value::new_dict(), "items", {}, line);
   if (name == "list") return Value::new_list(iterate(v, line));
@@ -179,7 +181,9 @@ Value Interp::filter(const std::string& name, const Value& v, const Args& a, int
     const Value* w = a.get(0, "width");
     const Value* first = a.get(1, "first");
     const Value* blank = a.get(2, "blank");
-    std::string pad = w && w->t == T::Str ? w->s : std::string(w && w->t == T::Int ? static_cast<size_t>(w->i) : 4, ' ');
+    if (w && w->t == T::Int && w->i > kMaxIndent) err(line, "indent width over " + std::to_string(kMaxIndent));
+    // ' ' * width, as Jinja makes it: none for a negative width.
+    std::string pad = w && w->t == T::Str ? w->s : std::string(w && w->t == T::Int ? static_cast<size_t>(std::max<int64_t>(w->i, 0)) : 4, ' ');
     std::string s = py_str(v), out;
     size_t p = 0;
     bool first_line = true;
@@ -248,7 +252,11 @@ Value Interp::filter(const std::string& name, const Value& v, const Args& a, int
         return Value::integer(0);
       }
     }
-    return Value::integer(v.is_number() ? static_cast<int64_t>(v.as_double()) : 0);
+    if (!v.is_number()) return Value::integer(0);
+    if (v.t != T::Float) return Value::integer(v.t == T::Bool ? v.b : v.i);
+    // In range (and not NaN) before the conversion, which is undefined outside int64.
+    if (!(std::fabs(v.f) < 9223372036854775808.0)) err(line, "int() of " + py_repr(v) + " is out of range");
+    return Value::integer(static_cast<int64_t>(v.f));
   }
   if (name == "float") {
     if (v.t == T::Str) {

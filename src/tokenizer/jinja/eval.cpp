@@ -101,6 +101,39 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return out + s.substr(p);
 }
 
+namespace {
+// Python's int arithmetic on ints and bools, exact in 64 bits (through doubles, sums past 2^53
+// came out wrong, and out-of-range conversions were undefined); where Python's unbounded ints
+// would leave int64, an error.
+Value int_binary(const std::string& op, const Value& a, const Value& b, int line) {
+  const int64_t x = a.t == Value::T::Bool ? a.b : a.i, y = b.t == Value::T::Bool ? b.b : b.i;
+  int64_t r = 0;
+  auto overflow = [&]() -> Value { err(line, "integer overflow in '" + op + "'"); };
+  if (op == "+") return __builtin_add_overflow(x, y, &r) ? overflow() : Value::integer(r);
+  if (op == "-") return __builtin_sub_overflow(x, y, &r) ? overflow() : Value::integer(r);
+  if (op == "*") return __builtin_mul_overflow(x, y, &r) ? overflow() : Value::integer(r);
+  if (y == 0 && (op == "/" || op == "//" || op == "%")) err(line, "division by zero");
+  if (op == "/") return Value::number(static_cast<double>(x) / static_cast<double>(y));
+  if (op == "//" || op == "%") {  // floor division, the remainder taking the divisor's sign
+    if (x == INT64_MIN && y == -1) return op == "%" ? Value::integer(0) : overflow();
+    int64_t q = x / y, m = x % y;
+    if (m != 0 && (m < 0) != (y < 0)) --q, m += y;
+    return Value::integer(op == "//" ? q : m);
+  }
+  if (op == "**") {
+    if (y < 0) return Value::number(std::pow(static_cast<double>(x), static_cast<double>(y)));
+    int64_t result = 1, base = x;
+    for (int64_t e = y; e > 0;) {  // at most 63 squarings
+      if ((e & 1) && __builtin_mul_overflow(result, base, &result)) return overflow();
+      e >>= 1;
+      if (e > 0 && __builtin_mul_overflow(base, base, &base)) return overflow();
+    }
+    return Value::integer(result);
+  }
+  err(line, "unknown operator " + op);
+}
+}  // namespace
+
 Value binary(const std::string& op, const Value& a, const Value& b, int line) {
   if (op == "==") return Value::boolean(equal(a, b));
   if (op == "!=") return Value::boolean(!equal(a, b));
@@ -119,30 +152,29 @@ Value binary(const std::string& op, const Value& a, const Value& b, int line) {
     }
   }
   if (op == "*" && a.t == Value::T::Str && b.t == Value::T::Int) {
-    if (b.i * static_cast<int64_t>(a.s.size()) > static_cast<int64_t>(kMaxOutput)) err(line, "string repetition too large");
+    if (a.s.empty() || b.i <= 0) return Value::str("");  // and no loop of b.i empty appends
+    if (b.i > static_cast<int64_t>(kMaxOutput / a.s.size())) err(line, "string repetition too large");
     std::string s;
     for (int64_t k = 0; k < b.i; ++k) s += a.s;
     return Value::str(s);
   }
   if (!a.is_number() || !b.is_number()) err(line, "unsupported operands for '" + op + "': " + py_repr(a) + ", " + py_repr(b));
-  const bool ints = a.t != Value::T::Float && b.t != Value::T::Float;
+  if (a.t != Value::T::Float && b.t != Value::T::Float) return int_binary(op, a, b, line);
   const double x = a.as_double(), y = b.as_double();
-  if (op == "+") return ints ? Value::integer(static_cast<int64_t>(x) + static_cast<int64_t>(y)) : Value::number(x + y);
-  if (op == "-") return ints ? Value::integer(static_cast<int64_t>(x) - static_cast<int64_t>(y)) : Value::number(x - y);
-  if (op == "*") return ints ? Value::integer(static_cast<int64_t>(x) * static_cast<int64_t>(y)) : Value::number(x * y);
+  if (op == "+") return Value::number(x + y);
+  if (op == "-") return Value::number(x - y);
+  if (op == "*") return Value::number(x * y);
   if (y == 0 && (op == "/" || op == "//" || op == "%")) err(line, "division by zero");
   if (op == "/") return Value::number(x / y);
-  if (op == "//") return ints ? Value::integer(static_cast<int64_t>(std::floor(x / y))) : Value::number(std::floor(x / y));
-  if (op == "%") {
-    double r = x - y * std::floor(x / y);
-    return ints ? Value::integer(static_cast<int64_t>(r)) : Value::number(r);
-  }
-  if (op == "**") return ints && y >= 0 ? Value::integer(static_cast<int64_t>(std::pow(x, y))) : Value::number(std::pow(x, y));
+  if (op == "//") return Value::number(std::floor(x / y));
+  if (op == "%") return Value::number(x - y * std::floor(x / y));
+  if (op == "**") return Value::number(std::pow(x, y));
   err(line, "unknown operator " + op);
 }
 
 
 Value Interp::eval(const Expr& e, Scope& sc) {
+  Frame frame(*this, e.line);
   switch (e.k) {
     case Expr::K::Lit: return e.lit;
     case Expr::K::Var: {
@@ -177,7 +209,7 @@ Value Interp::eval(const Expr& e, Scope& sc) {
       int64_t lo = bound(1, step > 0 ? 0 : n - 1), hi = bound(2, step > 0 ? n : -1);
       List l;
       std::string s;
-      for (int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) {
+      for (__int128 k = lo; step > 0 ? k < hi : k > hi; k += step) {  // 128 bits: k + step can pass int64
         if (obj.t == Value::T::List) l.push_back((*obj.list)[k]);
         else s += obj.s[k];
       }
@@ -198,7 +230,10 @@ Value Interp::eval(const Expr& e, Scope& sc) {
     case Expr::K::Not: return Value::boolean(!eval(*e.kids[0], sc).truthy());
     case Expr::K::Neg: {
       Value v = eval(*e.kids[0], sc);
-      if (v.t == Value::T::Int) return Value::integer(-v.i);
+      if (v.t == Value::T::Int) {
+        if (v.i == INT64_MIN) err(e.line, "integer overflow in '-'");
+        return Value::integer(-v.i);
+      }
       if (v.t == Value::T::Float) return Value::number(-v.f);
       err(e.line, "cannot negate " + py_repr(v));
     }
@@ -246,6 +281,7 @@ Value Interp::call(const Expr& e, Scope& sc) {
 }
 
 Flow Interp::exec(const Node& n, Scope& sc, std::string& out) {
+  Frame frame(*this, n.line);
   switch (n.k) {
     case Node::K::Text: out += n.text; return Flow::Normal;
     case Node::K::Out: out += py_str(eval(*n.e, sc)); return Flow::Normal;
@@ -380,9 +416,13 @@ std::string ChatTemplate::render(const nlohmann::json& messages, bool add_genera
     if (a.pos.size() == 1) hi = a.pos[0].i;
     if (a.pos.size() >= 2) lo = a.pos[0].i, hi = a.pos[1].i;
     if (a.pos.size() >= 3) step = a.pos[2].i;
-    if (step == 0 || (hi - lo) / step > 1000000) fail("range() too large");
+    if (step == 0) fail("range() step must not be zero");
+    // In 128 bits: hi - lo, and the step past the last value, can overflow 64.
+    const __int128 span = static_cast<__int128>(hi) - lo;
+    const __int128 count = step > 0 ? (span > 0 ? (span + step - 1) / step : 0) : (span < 0 ? (span + step + 1) / step : 0);
+    if (count > 1000000) fail("range() too large");
     jinja::List l;
-    for (int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) l.push_back(Value::integer(k));
+    for (__int128 k = 0; k < count; ++k) l.push_back(Value::integer(static_cast<int64_t>(lo + k * step)));
     return Value::new_list(std::move(l));
   }));
   jinja::Interp in;

@@ -13,6 +13,12 @@ namespace kvlm::jinja {
 inline constexpr size_t kMaxOutput = 16u << 20;
 inline constexpr long kMaxIterations = 1000000;
 inline constexpr int kMaxMacroDepth = 64;
+// The widest indent `tojson` and `indent` take: a template's indent is a few spaces, and a huge
+// one would be allocated on every line before the output's limit could stop it.
+inline constexpr int64_t kMaxIndent = 1000;
+// Levels of expressions and statements being evaluated at once, macro calls included: each is a
+// frame or two of the stack, so this bounds what a render takes of its thread's stack.
+inline constexpr int kMaxEvalNesting = 1000;
 
 struct Scope {
   Scope* parent = nullptr;
@@ -40,7 +46,17 @@ enum class Flow { Normal, Break, Continue };
 class Interp {
  public:
   long iterations = 0;
-  int depth = 0;
+  int depth = 0;    // macro calls
+  int nesting = 0;  // eval and exec(Node) frames
+
+  // Counts a frame of eval or exec for as long as it runs.
+  struct Frame {
+    Frame(Interp& in, int line) : in_(in) {
+      if (++in_.nesting > kMaxEvalNesting) err(line, "the template nests more than " + std::to_string(kMaxEvalNesting) + " levels deep as it runs");
+    }
+    ~Frame() { --in_.nesting; }
+    Interp& in_;
+  };
 
   Flow exec(const Body& body, Scope& sc, std::string& out) {
     for (const auto& n : body) {

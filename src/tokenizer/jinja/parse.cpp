@@ -224,11 +224,28 @@ class ExprParser {
     auto e = std::make_shared<Expr>();
     e->k = k;
     e->line = line_;
-    e->kids = std::move(kids);
     e->name = std::move(name);
+    for (ExprP& kid : kids) add_kid(e, std::move(kid));
     return e;
   }
+  // Every operand joins its tree here, so that no tree grows past kMaxNesting (a left-leaning
+  // chain such as 1+1+1... nests without the parser recursing).
+  void add_kid(const ExprP& e, ExprP kid) {
+    if (kid) e->depth = std::max(e->depth, kid->depth + 1);
+    if (e->depth > kMaxNesting) err("the expression nests more than " + std::to_string(kMaxNesting) + " deep");
+    e->kids.push_back(std::move(kid));
+  }
+  // Counts the parser's own recursion (an expression inside another, `not not`, `+ +`,
+  // `a ** b ** c`, `x if c else y if ...`): parentheses build no deeper tree.
+  struct Nest {
+    explicit Nest(ExprParser& p) : p_(p) {
+      if (++p_.nesting_ > kMaxNesting) p_.err("the expression nests more than " + std::to_string(kMaxNesting) + " deep");
+    }
+    ~Nest() { --p_.nesting_; }
+    ExprParser& p_;
+  };
   ExprP cond() {
+    Nest nest(*this);
     ExprP a = or_();
     if (accept_name("if")) {
       ExprP c = or_();
@@ -248,7 +265,10 @@ class ExprParser {
     return a;
   }
   ExprP not_() {
-    if (accept_name("not")) return node(Expr::K::Not, {not_()});
+    if (accept_name("not")) {
+      Nest nest(*this);
+      return node(Expr::K::Not, {not_()});
+    }
     return compare();
   }
   ExprP compare() {
@@ -298,9 +318,15 @@ class ExprParser {
   }
   ExprP unary() {
     if (accept_op("-")) return filtered(node(Expr::K::Neg, {unary_operand()}));
-    if (accept_op("+")) return unary();
+    if (accept_op("+")) {
+      Nest nest(*this);
+      return unary();
+    }
     ExprP a = filtered(postfix(primary()));
-    if (accept_op("**")) a = node(Expr::K::Binary, {a, unary()}, "**");
+    if (accept_op("**")) {
+      Nest nest(*this);
+      a = node(Expr::K::Binary, {a, unary()}, "**");
+    }
     return a;
   }
   ExprP unary_operand() { return postfix(primary()); }
@@ -310,10 +336,10 @@ class ExprParser {
       if (t_[p_].k == Tok::Name && t_[p_ + 1].k == Tok::Op && t_[p_ + 1].s == "=") {
         e->kw.push_back(t_[p_].s);
         p_ += 2;
-        e->kids.push_back(expression());
+        add_kid(e, expression());
       } else {
         if (!e->kw.empty()) err("a positional argument follows a keyword argument");
-        e->kids.push_back(expression());
+        add_kid(e, expression());
       }
       if (accept_op(")")) return;
       expect_op(",");
@@ -334,7 +360,7 @@ class ExprParser {
         ExprP e = node(Expr::K::Test, {a}, test);
         e->negate = neg;
         if (accept_op("(")) call_args(e);
-        else if (t_[p_].k == Tok::Str || t_[p_].k == Tok::Int || t_[p_].k == Tok::Float) e->kids.push_back(primary());
+        else if (t_[p_].k == Tok::Str || t_[p_].k == Tok::Int || t_[p_].k == Tok::Float) add_kid(e, primary());
         a = e;
       } else {
         return a;
@@ -395,7 +421,7 @@ class ExprParser {
       if (accept_op(",")) {  // a tuple: treated as a list
         ExprP l = node(Expr::K::ListLit, {a});
         while (!peek_op(")")) {
-          l->kids.push_back(expression());
+          add_kid(l, expression());
           if (!accept_op(",")) break;
         }
         expect_op(")");
@@ -407,7 +433,7 @@ class ExprParser {
     if (accept_op("[")) {
       ExprP l = node(Expr::K::ListLit);
       while (!peek_op("]")) {
-        l->kids.push_back(expression());
+        add_kid(l, expression());
         if (!accept_op(",")) break;
       }
       expect_op("]");
@@ -416,9 +442,9 @@ class ExprParser {
     if (accept_op("{")) {
       ExprP d = node(Expr::K::DictLit);
       while (!peek_op("}")) {
-        d->kids.push_back(expression());
+        add_kid(d, expression());
         expect_op(":");
-        d->kids.push_back(expression());
+        add_kid(d, expression());
         if (!accept_op(",")) break;
       }
       expect_op("}");
@@ -430,6 +456,7 @@ class ExprParser {
   std::vector<Tok> t_;
   size_t p_ = 0;
   int line_;
+  int nesting_ = 0;
 };
 
 class Parser {
@@ -438,6 +465,11 @@ class Parser {
 
   // Parses statements until a block tag named in `stop`; returns which one ended it.
   std::string body(Body& out, const std::set<std::string>& stop) {
+    if (++depth_ > kMaxNesting) fail("template line ", s_[i_ - 1].line, ": blocks nest more than ", kMaxNesting, " deep");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     while (i_ < s_.size()) {
       const Segment& seg = s_[i_];
       if (seg.k == Segment::Text) {
@@ -595,6 +627,7 @@ class Parser {
 
   std::vector<Segment> s_;
   size_t i_ = 0;
+  int depth_ = 0;  // blocks open (body's recursion)
 };
 
 }  // namespace
