@@ -5,8 +5,9 @@
 // Why our own interpreter (src/tokenizer/jinja/): Debian packages no C++ Jinja engine, and the
 // templates use a bounded subset (expressions, filters, tests, for/if/set/macro/filter blocks,
 // namespaces, loop controls). An interpreter of that subset is small, has no dependency, bounds
-// its own work (output size, loop iterations, recursion), and is checked against Python's jinja2
-// on twelve real templates (tests/fixtures/chat_templates). A template that uses anything
+// its own work (output size, loop iterations, nesting as it parses and as it renders; int64
+// arithmetic errs where Python's ints would grow; fuzz/fuzz_chat_template.cpp), and is checked
+// against Python's jinja2 on twelve real templates (tests/fixtures/chat_templates). A template that uses anything
 // outside the subset fails to parse at startup with the construct named, never renders wrong.
 #pragma once
 #include <memory>
