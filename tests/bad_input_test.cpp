@@ -2,6 +2,7 @@
 // or bounded work. CLI cases run the real binary and check the message and the exit code.
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -137,6 +138,19 @@ TEST(TokenizerWork, HugeVocabularyEntryIsRefused) {
   auto r = test::run_kvlm({"generate", "--model", g, "--prompt", "hi", "--max-new-tokens", "1"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("bytes long"), std::string::npos) << r.err;
+}
+
+// A NaN merge score ranks neither above nor below any other: the tokens would depend on the
+// heap's order. Refused at load.
+TEST(TokenizerWork, NanScoreIsRefused) {
+  KVLM_NEED_SHARED("models/stories260K/stories260K-f32.gguf", "GGUF vocabulary scores");
+  std::string g = test::edit_gguf(test::shared_path("models/stories260K/stories260K-f32.gguf"), "nan_score.gguf",
+                                  [](std::map<std::string, GgufValue>& m, std::vector<test::GgufTensorOut>&) {
+                                    m["tokenizer.ggml.scores"].array[300].scalar = std::nan("");
+                                  });
+  auto r = test::run_kvlm({"generate", "--model", g, "--prompt", "hi", "--max-new-tokens", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("piece 300 has a score that is not a number"), std::string::npos) << r.err;
 }
 
 // Item 9: a pool whose threads cannot all start fails cleanly (it used to deadlock).

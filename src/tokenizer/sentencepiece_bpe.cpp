@@ -1,5 +1,6 @@
 #include "tokenizer/sentencepiece_bpe.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -46,9 +47,13 @@ std::unique_ptr<SentencePieceBpe> SentencePieceBpe::from_scores(std::vector<std:
                                                                  std::vector<float> scores,
                                                                  const std::vector<bool>& mergeable) {
   if (scores.size() != pieces.size()) fail("tokenizer has ", pieces.size(), " pieces but ", scores.size(), " scores");
-  for (size_t i = 0; i < pieces.size(); ++i)
+  for (size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].size() > kMaxPieceBytes)
       fail("tokenizer piece ", i, " is ", pieces[i].size(), " bytes long (the limit is ", kMaxPieceBytes, ")");
+    // A NaN ranks neither above nor below any merge: the merge order, and so the tokens, would
+    // be arbitrary. (Infinite scores order as any other.)
+    if (std::isnan(scores[i])) fail("tokenizer piece ", i, " has a score that is not a number");
+  }
   auto t = std::make_unique<SentencePieceBpe>();
   t->pieces_ = std::move(pieces);
   t->index_pieces();
