@@ -3,7 +3,9 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 
+#include "core/error.h"
 #include "engine/sampler.h"
 #include "kernels/dot.h"
 #include "kernels/ops.h"
@@ -199,6 +201,60 @@ TEST(Sampler, RejectsBadParameters) {
   EXPECT_THROW(Sampler({-1.0f, 0, 1.0f, 0}), std::exception);
   EXPECT_THROW(Sampler({1.0f, 0, 0.0f, 0}), std::exception);
   EXPECT_THROW(Sampler({1.0f, -2, 1.0f, 0}), std::exception);
+  auto with = [](auto set) {
+    SamplingParams p;
+    set(p);
+    return p;
+  };
+  EXPECT_THROW(Sampler(with([](SamplingParams& p) { p.logit_bias = {{3, 101.0f}}; })), KvlmError);
+  EXPECT_THROW(Sampler(with([](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; })), KvlmError);
+  EXPECT_THROW(Sampler(with([](SamplingParams& p) { p.repetition_penalty = 0.0f; })), KvlmError);
+  EXPECT_THROW(Sampler(with([](SamplingParams& p) { p.presence_penalty = 2.5f; })), KvlmError);
+  EXPECT_THROW(Sampler(with([](SamplingParams& p) { p.frequency_penalty = std::nanf(""); })), KvlmError);
+  EXPECT_THROW(Sampler(with([](SamplingParams& p) { p.min_p = 1.5f; })), KvlmError);
+}
+
+// The adjustments against their published formulas, one decision each side of a threshold:
+// logit_bias adds (OpenAI), frequency and presence subtract c * f + p over the output (OpenAI's
+// "mu[j] -= c[j] * alpha_frequency + (c[j] > 0) * alpha_presence"), repetition divides a seen
+// positive logit and multiplies a negative one over prompt and output (Hugging Face's
+// RepetitionPenaltyLogitsProcessor), min_p keeps p >= min_p * p_max (vLLM).
+TEST(Sampler, BiasAndPenaltiesFollowTheirFormulas) {
+  const std::vector<float> l = {2.0f, 1.5f, 1.0f, -1.0f};
+  auto greedy = [&](auto set, std::vector<int> history = {}, int prompt_len = 0) {
+    SamplingParams p;
+    set(p);
+    Sampler s(p);
+    return s.sample(l.data(), 4, history.data(), static_cast<int>(history.size()), prompt_len);
+  };
+  EXPECT_EQ(greedy([](SamplingParams&) {}), 0);
+  EXPECT_EQ(greedy([](SamplingParams& p) { p.logit_bias = {{2, 1.01f}}; }), 2);   // 1.0 + 1.01 > 2.0
+  EXPECT_EQ(greedy([](SamplingParams& p) { p.logit_bias = {{2, 0.99f}}; }), 0);
+  EXPECT_EQ(greedy([](SamplingParams& p) { p.logit_bias = {{0, -100.0f}}; }), 1);  // banned
+  // Token 0 twice in the output (after a prompt of {3}).
+  const std::vector<int> h = {3, 0, 0};
+  EXPECT_EQ(greedy([](SamplingParams& p) { p.frequency_penalty = 0.26f; }, h, 1), 1);  // 2 - 0.52 < 1.5
+  EXPECT_EQ(greedy([](SamplingParams& p) { p.frequency_penalty = 0.24f; }, h, 1), 0);
+  EXPECT_EQ(greedy([](SamplingParams& p) { p.presence_penalty = 0.51f; }, h, 1), 1);   // once: 2 - 0.51
+  EXPECT_EQ(greedy([](SamplingParams& p) { p.presence_penalty = 0.49f; }, h, 1), 0);
+  // In the prompt only: no frequency or presence penalty, but the repetition penalty.
+  EXPECT_EQ(greedy([](SamplingParams& p) { p.frequency_penalty = 2.0f, p.presence_penalty = 2.0f; }, {0, 3}, 2), 0);
+  EXPECT_EQ(greedy([](SamplingParams& p) { p.repetition_penalty = 1.34f; }, {0, 3}, 2), 1);  // 2 / 1.34 < 1.5
+  EXPECT_EQ(greedy([](SamplingParams& p) { p.repetition_penalty = 1.32f; }, {0, 3}, 2), 0);
+  // A negative logit is multiplied: by 0.4 it rises (-1 * 0.4 = -0.4), so with tokens 0 and 1
+  // banned and token 2 biased to -0.8, token 3 (-1) wins only where it was seen.
+  auto ban3 = [](SamplingParams& p) { p.logit_bias = {{0, -100.0f}, {1, -100.0f}, {2, -1.8f}}; };
+  EXPECT_EQ(greedy(ban3), 2);
+  EXPECT_EQ(greedy([&](SamplingParams& p) { ban3(p), p.repetition_penalty = 0.4f; }, {3}, 1), 3);
+  // min_p at temperature 1: p1 / p0 = e^-0.5 = 0.607, p2 / p0 = e^-1 = 0.368.
+  for (float mp : {0.5f, 0.62f}) {
+    SamplingParams p(1.0f, 0, 1.0f, 5);
+    p.min_p = mp;
+    Sampler s(p);
+    std::set<int> seen;
+    for (int i = 0; i < 300; ++i) seen.insert(s.sample(l.data(), 4));
+    EXPECT_EQ(seen, mp < 0.6f ? std::set<int>({0, 1}) : std::set<int>({0})) << mp;
+  }
 }
 
 }  // namespace

@@ -120,7 +120,8 @@ int Engine::fork(int id, uint64_t seed) {
   s->last_logits = p.last_logits;
   s->ttft_ms = p.ttft_ms;
   s->added_at_ms = p.added_at_ms;
-  s->tokens.back() = s->sampler->sample(s->last_logits.data(), model_.cfg.vocab_size);
+  s->tokens.back() = s->sampler->sample(s->last_logits.data(), model_.cfg.vocab_size, s->tokens.data(),
+                                        static_cast<int>(s->tokens.size()) - 1, s->prompt_len);  // the token it replaces is not history
   int nid = s->id;
   Sequence& ref = *s;
   seqs_[nid] = std::move(s);
@@ -324,7 +325,7 @@ std::vector<StepEvent> Engine::step() {
     s.last_logits.assign(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
     int tok;
     try {
-      tok = s.sampler->sample(s.last_logits.data(), vocab);
+      tok = s.sampler->sample(s.last_logits.data(), vocab, s.tokens.data(), static_cast<int>(s.tokens.size()), s.prompt_len);
     } catch (const KvlmError& e) {  // this sequence fails; the others in the batch go on
       finish(s, SeqState::Failed, e.what());
       events.push_back({s.id, -1, true});

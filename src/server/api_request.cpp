@@ -37,8 +37,7 @@ struct Neutral {
   json neutral;
 };
 const Neutral kNeutral[] = {
-    {"echo", false},         {"presence_penalty", 0},   {"frequency_penalty", 0},     {"logit_bias", json::object()},
-    {"best_of", 1},          {"suffix", nullptr},       {"repetition_penalty", 1},    {"min_p", 0},
+    {"echo", false},         {"best_of", 1},            {"suffix", nullptr},
     {"parallel_tool_calls", true}, {"tools", json::array()}, {"tool_choice", "none"},
     {"response_format", {{"type", "text"}}},            {"service_tier", "auto"},     {"store", false},
     {"metadata", json::object()},  {"modalities", {"text"}}, {"prediction", nullptr}, {"audio", nullptr},
@@ -116,7 +115,8 @@ GenerationRequest parse_generation_request(const std::string& body, bool chat, c
   GenerationRequest r;
   r.chat = chat;
   std::set<std::string> known = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
-                                 "stream", "stream_options", "logprobs", "user", "ignore_eos", "kv_load", "kv_save"};
+                                 "stream", "stream_options", "logprobs", "user", "ignore_eos", "kv_load", "kv_save",
+                                 "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"};
   known.insert(chat ? "messages" : "prompt");
   if (chat) {
     known.insert("max_completion_tokens");
@@ -186,6 +186,30 @@ GenerationRequest parse_generation_request(const std::string& body, bool chat, c
     r.top_k = k < 0 ? 0 : static_cast<int>(k);
   }
   if (j.contains("seed") && !j["seed"].is_null()) r.seed = static_cast<uint64_t>(integer(j, "seed", INT64_MIN, INT64_MAX));
+  // The penalties and min_p at OpenAI's and vLLM's ranges (engine/sampler.h says what each does).
+  if (j.contains("presence_penalty") && !j["presence_penalty"].is_null())
+    r.presence_penalty = static_cast<float>(number(j, "presence_penalty", -2, 2));
+  if (j.contains("frequency_penalty") && !j["frequency_penalty"].is_null())
+    r.frequency_penalty = static_cast<float>(number(j, "frequency_penalty", -2, 2));
+  if (j.contains("repetition_penalty") && !j["repetition_penalty"].is_null()) {
+    r.repetition_penalty = static_cast<float>(number(j, "repetition_penalty", 0, 2));
+    if (r.repetition_penalty <= 0.0f) bad("repetition_penalty", "'repetition_penalty' must be greater than 0");
+  }
+  if (j.contains("min_p") && !j["min_p"].is_null()) r.min_p = static_cast<float>(number(j, "min_p", 0, 1));
+  if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
+    const json& lb = j["logit_bias"];
+    if (!lb.is_object()) bad("logit_bias", "'logit_bias' must be an object of token ids to biases");
+    if (lb.size() > static_cast<size_t>(limits.max_logit_bias))
+      bad("logit_bias", "'logit_bias' takes at most " + std::to_string(limits.max_logit_bias) + " tokens");
+    for (auto& [key, v] : lb.items()) {
+      // Keys are token ids in decimal (the vocabulary is checked where the tokenizer is known).
+      const bool digits = !key.empty() && key.size() <= 9 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits) bad("logit_bias", "'logit_bias' keys must be token ids, got '" + key.substr(0, 32) + "'");
+      if (!v.is_number() || !(v.get<double>() >= -100 && v.get<double>() <= 100))
+        bad("logit_bias", "'logit_bias' values must be numbers from -100 to 100 (token " + key + ")");
+      r.logit_bias.push_back({std::stoi(key), static_cast<float>(v.get<double>())});
+    }
+  }
   if (j.contains("n") && !j["n"].is_null()) r.n = static_cast<int>(integer(j, "n", 1, limits.max_n));
   if (j.contains("stream") && !j["stream"].is_null()) r.stream = boolean(j, "stream");
   if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) r.ignore_eos = boolean(j, "ignore_eos");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,8 @@ struct GenerationRequest {
   float temperature = 1.0f, top_p = 1.0f;
   int top_k = 0;
   std::optional<uint64_t> seed;
+  std::vector<std::pair<int, float>> logit_bias;  // token id, bias
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f, repetition_penalty = 1.0f, min_p = 0.0f;
   std::vector<std::string> stop;
   int n = 1;
   bool stream = false, include_usage = false;
@@ -55,6 +58,7 @@ struct Limits {
   int max_stop = 4;
   int max_top_logprobs = 20;
   size_t max_stop_bytes = 256;
+  int max_logit_bias = 1024;
 };
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body. Throws ApiError.

@@ -591,6 +591,13 @@ void HttpServer::routes() {
     static std::atomic<uint64_t> seed_counter{std::random_device{}()};
     p.sampling = {r.temperature, r.top_k, r.top_p, r.seed ? *r.seed : seed_counter.fetch_add(0x9E3779B97F4A7C15ull),
                   tok.vocab_size()};
+    for (const auto& [id, bias] : r.logit_bias)
+      if (id >= tok.vocab_size())
+        throw ApiError{400, "logit_bias token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(tok.vocab_size()),
+                       "invalid_request_error", "logit_bias", ""};
+    p.sampling.logit_bias = r.logit_bias;
+    p.sampling.presence_penalty = r.presence_penalty, p.sampling.frequency_penalty = r.frequency_penalty;
+    p.sampling.repetition_penalty = r.repetition_penalty, p.sampling.min_p = r.min_p;
     // Backpressure: a bounded number of accepted requests; beyond it, 429 and a hint when to retry.
     if (in_flight_.fetch_add(1) >= opt_.max_queue) {
       in_flight_.fetch_sub(1);

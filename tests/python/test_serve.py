@@ -142,7 +142,14 @@ def test_sse_framing(server):
     (json.dumps({"prompt": "hi", "n": 10000}), "n"),
     (json.dumps({"prompt": "hi", "temperature": "hot"}), "temperature"),
     (json.dumps({"prompt": "hi", "frobnicate": 1}), "frobnicate"),
-    (json.dumps({"prompt": "hi", "presence_penalty": 0.5}), "presence_penalty"),
+    (json.dumps({"prompt": "hi", "presence_penalty": 2.5}), "presence_penalty"),
+    (json.dumps({"prompt": "hi", "repetition_penalty": 0}), "repetition_penalty"),
+    (json.dumps({"prompt": "hi", "min_p": 1.5}), "min_p"),
+    (json.dumps({"prompt": "hi", "logit_bias": {"cat": 1}}), "logit_bias"),
+    (json.dumps({"prompt": "hi", "logit_bias": {"5": 500}}), "logit_bias"),
+    (json.dumps({"prompt": "hi", "logit_bias": {"99999": 1}}), "logit_bias"),
+    (json.dumps({"prompt": "hi", "logit_bias": [1, 2]}), "logit_bias"),
+    (json.dumps({"prompt": "hi", "echo": True}), "echo"),
     (json.dumps({"prompt": [1, 999999]}), "prompt"),
     (json.dumps({"prompt": "hi", "model": "gpt-4"}), "model"),
     (json.dumps({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}), "stop"),
@@ -170,9 +177,41 @@ def test_bad_chat_requests(server):
 def test_neutral_values_are_accepted(server):
     # What sglang-router and other clients send by default.
     body = {"prompt": "Once", "max_tokens": 2, "echo": False, "presence_penalty": 0, "frequency_penalty": 0.0,
-            "logit_bias": {}, "user": "u1", "best_of": 1, "temperature": 0}
+            "logit_bias": {}, "user": "u1", "best_of": 1, "temperature": 0, "repetition_penalty": 1, "min_p": 0}
     status, out = raw(server, json.dumps(body))
     assert status == 200, out
+
+
+def test_logit_bias_and_penalties(server):
+    c = client(server)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("POST", "/tokenize", json.dumps({"content": " cat"}))
+    cat = json.loads(conn.getresponse().read())["tokens"][-1]
+    conn.request("POST", "/detokenize", json.dumps({"tokens": [cat] * 4}))
+    cats = json.loads(conn.getresponse().read())["content"]
+    # +100 all but forces a token, greedy or sampled; -100 bans the greedy choice.
+    for temperature in (0, 1):
+        r = c.completions.create(model="stories", prompt="Once", max_tokens=4, temperature=temperature, seed=3,
+                                 logit_bias={str(cat): 100})
+        assert r.choices[0].text == cats
+    plain = c.completions.create(model="stories", prompt="Once", max_tokens=24, temperature=0)
+    conn.request("POST", "/tokenize", json.dumps({"content": "Once" + plain.choices[0].text}))
+    first = json.loads(conn.getresponse().read())["tokens"][1]  # the first token after "Once"
+    banned = c.completions.create(model="stories", prompt="Once", max_tokens=24, temperature=0, logit_bias={str(first): -100})
+    assert banned.choices[0].text != plain.choices[0].text
+    # Greedy stories repeat words within 40 tokens: penalizing what was generated changes the text
+    # (a negative frequency penalty makes it repeat a word), and every penalty and min_p is
+    # accepted through the client (chat too).
+    plain = c.completions.create(model="stories", prompt="Once", max_tokens=40, temperature=0)
+    for extra in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0}, {"extra_body": {"repetition_penalty": 1.8}}):
+        r = c.completions.create(model="stories", prompt="Once", max_tokens=40, temperature=0, **extra)
+        assert r.choices[0].text != plain.choices[0].text, extra
+    r = c.completions.create(model="stories", prompt="Once", max_tokens=40, temperature=0, frequency_penalty=-2)
+    assert " a a a a a a" in r.choices[0].text
+    r = c.chat.completions.create(model="stories", messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+                                  temperature=0.8, seed=1, presence_penalty=0.5, frequency_penalty=0.5,
+                                  logit_bias={str(cat): 100}, extra_body={"min_p": 0.1, "repetition_penalty": 1.1})
+    assert r.choices[0].message.content == cats
 
 
 def test_body_over_the_limit():
