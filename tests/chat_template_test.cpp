@@ -115,6 +115,24 @@ TEST(ChatTemplates, DeepNestingIsAnErrorNotACrash) {
   EXPECT_THROW(t.render(json::array(), true, "", ""), KvlmError);
 }
 
+// Values a template builds: a loop that wraps a list in a list a million times, and a namespace
+// set to hold itself, made values that crashed printing (recursion without end or past the
+// stack). Lists and dicts nest at most kMaxValueDepth, only namespaces take attributes (as in
+// Jinja), and a namespace holds no namespace, so no value contains itself.
+TEST(ChatTemplates, ValuesNestBoundedAndNeverHoldThemselves) {
+  for (const char* bad : {"{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+                          "{% set ns = namespace(a=1) %}{% set ns.b = ns %}{{ ns }}",
+                          "{% set ns = namespace(a=1) %}{% set ns.b = [{'k': ns}] %}{{ ns == ns.b }}",
+                          "{% set ns = namespace(a=namespace(b=1)) %}{{ ns }}",
+                          "{% set d = {'a': 1} %}{% set d.a = 2 %}{{ d }}"}) {
+    ChatTemplate t(bad);
+    EXPECT_THROW(t.render(json::array(), true, "", ""), KvlmError) << bad;
+  }
+  ChatTemplate ok("{% set ns = namespace(x=[]) %}{% for i in range(100) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | length }}|"
+                  "{% set n2 = namespace(a=1) %}{% set l = [n2] %}{% set n2.a = 5 %}{{ l[0].a }}");
+  EXPECT_EQ(ok.render(json::array(), true, "", ""), "1|5");
+}
+
 // Integers as Python has them, exact in int64 (sums past 2^53 went through doubles and came out
 // wrong), and an error, not undefined behaviour, where Python's would leave int64; widths and
 // repetitions that would allocate without bound are refused.

@@ -336,7 +336,8 @@ Flow Interp::exec(const Node& n, Scope& sc, std::string& out) {
         sc.set(n.text, v);
       } else {
         Value* ns = sc.find(n.text);
-        if (!ns || ns->t != Value::T::Dict) err(n.line, "'" + n.text + "' is not a namespace");
+        // As Jinja: only a namespace takes attributes (the one kind of value that changes).
+        if (!ns || ns->t != Value::T::Dict || !ns->namespace_) err(n.line, "'" + n.text + "' is not a namespace");
         ns->put(n.attr, v);
       }
       return Flow::Normal;
@@ -407,9 +408,8 @@ std::string ChatTemplate::render(const nlohmann::json& messages, bool add_genera
     return Value::str(std::string(buf, n));
   }));
   globals.set("namespace", Value::func([](const jinja::Args& a) {
-    Value d = Value::new_dict();
-    for (const auto& [k, v] : a.kw) d.put(k, v);
-    return d;
+    jinja::Dict d(a.kw.begin(), a.kw.end());
+    return Value::new_namespace(std::move(d));
   }));
   globals.set("range", Value::func([](const jinja::Args& a) {
     int64_t lo = 0, hi = 0, step = 1;

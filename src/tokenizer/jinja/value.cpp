@@ -58,7 +58,43 @@ const Value* Value::find(const std::string& key) const {
   return nullptr;
 }
 
+namespace {
+// One more level over an element: the container's depth and namespace flag, checked.
+void take(Value& c, const Value& e) {
+  if (c.namespace_ && e.holds_namespace) fail("a namespace cannot hold a namespace (nor a list or dict that holds one)");
+  if (e.depth + 1 > c.depth) c.depth = e.depth + 1;
+  if (c.depth > kMaxValueDepth) fail("a template's value nests more than ", kMaxValueDepth, " lists or dicts deep");
+  c.holds_namespace = c.holds_namespace || e.holds_namespace;
+}
+}  // namespace
+
+Value Value::new_list(List l) {
+  Value v;
+  v.t = T::List;
+  v.depth = 1;
+  for (const Value& e : l) take(v, e);
+  v.list = std::make_shared<List>(std::move(l));
+  return v;
+}
+
+Value Value::new_dict(Dict d) {
+  Value v;
+  v.t = T::Dict;
+  v.depth = 1;
+  for (const auto& kv : d) take(v, kv.second);
+  v.dict = std::make_shared<Dict>(std::move(d));
+  return v;
+}
+
+Value Value::new_namespace(Dict d) {
+  Value v = new_dict();
+  v.namespace_ = v.holds_namespace = true;
+  for (auto& [k, x] : d) v.put(k, std::move(x));
+  return v;
+}
+
 void Value::put(const std::string& key, Value v) {
+  take(*this, v);
   for (auto& [k, old] : *dict)
     if (k == key) {
       old = std::move(v);

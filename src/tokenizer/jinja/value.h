@@ -23,9 +23,18 @@ struct Args {
   const Value* get(size_t i, const char* name) const;  // positional i, else keyword `name`
 };
 
+// How deep lists and dicts may nest. Printing, comparing and freeing a value recurse once a level,
+// and a template's loop can wrap a list a million times; real conversations nest a few levels.
+inline constexpr int kMaxValueDepth = 128;
+
 struct Value {
   enum class T { Undefined, None, Bool, Int, Float, Str, List, Dict, Func };
   T t = T::Undefined;
+  // A list's or dict's nesting as made (0 for the rest), and whether it is or holds a namespace.
+  // Namespaces are the only values that change after they are made, and none may hold another
+  // (put refuses it): so no value can contain itself, and no value nests past twice the limit.
+  int depth = 0;
+  bool namespace_ = false, holds_namespace = false;
   bool b = false;
   int64_t i = 0;
   double f = 0;
@@ -39,8 +48,9 @@ struct Value {
   static Value integer(int64_t x) { Value v; v.t = T::Int; v.i = x; return v; }
   static Value number(double x) { Value v; v.t = T::Float; v.f = x; return v; }
   static Value str(std::string x) { Value v; v.t = T::Str; v.s = std::move(x); return v; }
-  static Value new_list(List l = {}) { Value v; v.t = T::List; v.list = std::make_shared<List>(std::move(l)); return v; }
-  static Value new_dict(Dict d = {}) { Value v; v.t = T::Dict; v.dict = std::make_shared<Dict>(std::move(d)); return v; }
+  static Value new_list(List l = {});  // throws past kMaxValueDepth
+  static Value new_dict(Dict d = {});
+  static Value new_namespace(Dict d);  // namespace(...): a dict set through `set ns.x = ...`
   static Value func(std::function<Value(const Args&)> f) {
     Value v; v.t = T::Func; v.fn = std::make_shared<std::function<Value(const Args&)>>(std::move(f)); return v;
   }
@@ -51,7 +61,7 @@ struct Value {
   double as_double() const { return t == T::Float ? f : t == T::Bool ? (b ? 1 : 0) : static_cast<double>(i); }
   bool truthy() const;
   const Value* find(const std::string& key) const;  // dict item, or null
-  void put(const std::string& key, Value v);        // dict item set (insert or replace)
+  void put(const std::string& key, Value v);        // dict item set (insert or replace); throws as new_dict
 };
 
 bool equal(const Value& a, const Value& b);
