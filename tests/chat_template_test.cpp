@@ -65,6 +65,17 @@ TEST(ChatTemplates, WorkIsBounded) {
   EXPECT_THROW(rec.render(json::array(), true, "", ""), KvlmError);
   ChatTemplate big("{{ 'x' * 100000000 }}");
   EXPECT_THROW(big.render(json::array(), true, "", ""), KvlmError);
+  // Each of these stays under the loop and output limits step by step, but what the steps make
+  // would reach gigabytes (or take minutes): the render's budget of values made stops them.
+  for (const char* heavy : {"{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+                            "{% set ns = namespace(l=[1]) %}{% for i in range(1000000) %}{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.l | length }}",
+                            "{% set s = 'x' * 10000000 %}{{ [s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s] | length }}{{ [s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s] }}",
+                            "{{ ('\n' * 8000000) | indent(1000, true, true) | length }}",
+                            "{{ ('a' * 1000000) | replace('a', 'x' * 1000) | length }}",
+                            "{% set s = 'x' * 10000000 %}{{ [s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s] | join(',') | length }}"}) {
+    ChatTemplate t(heavy);
+    EXPECT_THROW(t.render(json::array(), true, "", ""), KvlmError) << heavy;
+  }
 }
 
 // Parsing, rendering and freeing a template recurse once a level: every way of nesting is

@@ -166,7 +166,9 @@ Value Interp::filter(const std::string& name, const Value& v, const Args& a, int
     const Value* attr = a.get(1, "attribute");
     bool first = true;
     for (const Value& x : iterate(v, line)) {
-      out += (first ? "" : sep) + py_str(attr ? attribute(x, py_str(*attr)) : x);
+      std::string item = py_str(attr ? attribute(x, py_str(*attr)) : x);
+      charge_work(sep.size() + item.size());
+      out += (first ? "" : sep) + item;
       first = false;
     }
     return Value::str(out);
@@ -191,6 +193,7 @@ Value Interp::filter(const std::string& name, const Value& v, const Args& a, int
       size_t nl = s.find('\n', p);
       std::string ln = s.substr(p, nl == std::string::npos ? std::string::npos : nl - p);
       bool indent = first_line ? (first && first->truthy()) : (!ln.empty() || (blank && blank->truthy()));
+      charge_work(pad.size() + ln.size());
       out += (indent ? pad : "") + ln;
       if (nl == std::string::npos) break;
       out += "\n";

@@ -95,6 +95,7 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   std::string out;
   size_t p = 0, f;
   while ((f = s.find(from, p)) != std::string::npos) {
+    charge_work(f - p + to.size());
     out += s.substr(p, f - p) + to;
     p = f + from.size();
   }
@@ -146,6 +147,7 @@ Value binary(const std::string& op, const Value& a, const Value& b, int line) {
   if (op == "+") {
     if (a.t == Value::T::Str && b.t == Value::T::Str) return Value::str(a.s + b.s);
     if (a.t == Value::T::List && b.t == Value::T::List) {
+      charge_work((a.list->size() + b.list->size()) * sizeof(Value));  // before the copy
       List l = *a.list;
       l.insert(l.end(), b.list->begin(), b.list->end());
       return Value::new_list(std::move(l));
@@ -389,6 +391,7 @@ ChatTemplate::~ChatTemplate() = default;
 std::string ChatTemplate::render(const nlohmann::json& messages, bool add_generation_prompt, const std::string& bos_token,
                                  const std::string& eos_token, const nlohmann::json& extra) const {
   using jinja::Value;
+  jinja::RenderBudget budget;  // counts from here, the conversation's values included
   jinja::Scope globals;
   globals.set("messages", Value::from_json(messages));
   globals.set("add_generation_prompt", Value::boolean(add_generation_prompt));

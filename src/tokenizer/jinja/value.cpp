@@ -59,6 +59,19 @@ const Value* Value::find(const std::string& key) const {
 }
 
 namespace {
+thread_local size_t work_done = 0;
+thread_local bool rendering = false;
+}  // namespace
+
+void charge_work(size_t bytes) {
+  if (!rendering) return;
+  work_done += bytes;
+  if (work_done > kMaxRenderWork) fail("the template made more than ", kMaxRenderWork >> 20, " MB of values as it ran");
+}
+RenderBudget::RenderBudget() { work_done = 0, rendering = true; }
+RenderBudget::~RenderBudget() { work_done = 0, rendering = false; }
+
+namespace {
 // One more level over an element: the container's depth and namespace flag, checked.
 void take(Value& c, const Value& e) {
   if (c.namespace_ && e.holds_namespace) fail("a namespace cannot hold a namespace (nor a list or dict that holds one)");
@@ -72,6 +85,7 @@ Value Value::new_list(List l) {
   Value v;
   v.t = T::List;
   v.depth = 1;
+  charge_work(l.size() * sizeof(Value));
   for (const Value& e : l) take(v, e);
   v.list = std::make_shared<List>(std::move(l));
   return v;
@@ -81,6 +95,7 @@ Value Value::new_dict(Dict d) {
   Value v;
   v.t = T::Dict;
   v.depth = 1;
+  charge_work(d.size() * sizeof(d[0]));
   for (const auto& kv : d) take(v, kv.second);
   v.dict = std::make_shared<Dict>(std::move(d));
   return v;
@@ -95,6 +110,7 @@ Value Value::new_namespace(Dict d) {
 
 void Value::put(const std::string& key, Value v) {
   take(*this, v);
+  charge_work(sizeof((*dict)[0]));
   for (auto& [k, old] : *dict)
     if (k == key) {
       old = std::move(v);
@@ -219,14 +235,20 @@ std::string py_repr(const Value& v) {
     case Value::T::Str: return repr_string(v.s);
     case Value::T::List: {
       std::string out = "[";
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + py_repr((*v.list)[k]);
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        std::string item = py_repr((*v.list)[k]);
+        charge_work(item.size());  // a list of one long string a million times
+        out += (k ? ", " : "") + item;
+      }
       return out + "]";
     }
     case Value::T::Dict: {
       std::string out = "{";
       bool first = true;
       for (const auto& [k, x] : *v.dict) {
-        out += (first ? "" : ", ") + repr_string(k) + ": " + py_repr(x);
+        std::string item = py_repr(x);
+        charge_work(item.size());
+        out += (first ? "" : ", ") + repr_string(k) + ": " + item;
         first = false;
       }
       return out + "}";
@@ -255,6 +277,7 @@ std::string py_json(const Value& v, int indent, int depth) {
   auto newline = [&](int d) {
     if (!pretty) return;
     out += '\n';
+    charge_work(static_cast<size_t>(indent) * static_cast<size_t>(d));
     out.append(static_cast<size_t>(indent) * static_cast<size_t>(d), ' ');
   };
   switch (v.t) {

@@ -26,6 +26,16 @@ struct Args {
 // How deep lists and dicts may nest. Printing, comparing and freeing a value recurse once a level,
 // and a template's loop can wrap a list a million times; real conversations nest a few levels.
 inline constexpr int kMaxValueDepth = 128;
+// The bytes of strings and the slots of lists and dicts one render may make, all told (freed ones
+// included): each loop iteration is bounded, but not what it makes, and a million of them could
+// double a string or copy a growing list into gigabytes.
+inline constexpr size_t kMaxRenderWork = size_t(1) << 28;
+void charge_work(size_t bytes);  // throws once this thread's render has made more than kMaxRenderWork
+// A render's budget, from its start to its end however it ends (parsing is not counted).
+struct RenderBudget {
+  RenderBudget();
+  ~RenderBudget();
+};
 
 struct Value {
   enum class T { Undefined, None, Bool, Int, Float, Str, List, Dict, Func };
@@ -47,7 +57,7 @@ struct Value {
   static Value boolean(bool x) { Value v; v.t = T::Bool; v.b = x; return v; }
   static Value integer(int64_t x) { Value v; v.t = T::Int; v.i = x; return v; }
   static Value number(double x) { Value v; v.t = T::Float; v.f = x; return v; }
-  static Value str(std::string x) { Value v; v.t = T::Str; v.s = std::move(x); return v; }
+  static Value str(std::string x) { charge_work(x.size()); Value v; v.t = T::Str; v.s = std::move(x); return v; }
   static Value new_list(List l = {});  // throws past kMaxValueDepth
   static Value new_dict(Dict d = {});
   static Value new_namespace(Dict d);  // namespace(...): a dict set through `set ns.x = ...`
