@@ -246,6 +246,16 @@ TEST(Sampler, BiasAndPenaltiesFollowTheirFormulas) {
   auto ban3 = [](SamplingParams& p) { p.logit_bias = {{0, -100.0f}, {1, -100.0f}, {2, -1.8f}}; };
   EXPECT_EQ(greedy(ban3), 2);
   EXPECT_EQ(greedy([&](SamplingParams& p) { ban3(p), p.repetition_penalty = 0.4f; }, {3}, 1), 3);
+  // One sampler over several steps (its counts start from zero each step): token 0 penalized
+  // in the first, not in the second, whose history lacks it.
+  {
+    SamplingParams p;
+    p.presence_penalty = 0.51f;
+    Sampler s(p);
+    const std::vector<int> with0 = {3, 0}, without0 = {3, 2};
+    EXPECT_EQ(s.sample(l.data(), 4, with0.data(), 2, 1), 1);
+    EXPECT_EQ(s.sample(l.data(), 4, without0.data(), 2, 1), 0);
+  }
   // min_p at temperature 1: p1 / p0 = e^-0.5 = 0.607, p2 / p0 = e^-1 = 0.368.
   for (float mp : {0.5f, 0.62f}) {
     SamplingParams p(1.0f, 0, 1.0f, 5);

@@ -44,18 +44,22 @@ const float* Sampler::adjust(const float* logits, int vocab, const int* history,
   for (const auto& [id, bias] : p_.logit_bias)
     if (id < vocab) adjusted_[id] += bias;
   if (!penalties || n_history == 0) return adjusted_.data();
-  counts_.assign(vocab, 0);
+  if (counts_.size() < static_cast<size_t>(vocab)) counts_.resize(vocab, 0);
   for (int i = 0; i < n_history; ++i) {
     const int t = history[i];
     if (t < 0 || t >= vocab) continue;
     if (i >= prompt_len) counts_[t] = std::max(counts_[t], 0) + 1;
     else if (counts_[t] == 0) counts_[t] = -1;
   }
-  for (int t = 0; t < vocab; ++t) {
-    if (counts_[t] == 0) continue;
+  // Each token seen once, walking the history again (not the vocabulary, every step), and its
+  // count cleared as it is used so that counts_ is all zero for the next step.
+  for (int i = 0; i < n_history; ++i) {
+    const int t = history[i];
+    if (t < 0 || t >= vocab || counts_[t] == 0) continue;
     float& l = adjusted_[t];
     if (p_.repetition_penalty != 1.0f) l = l > 0.0f ? l / p_.repetition_penalty : l * p_.repetition_penalty;
     if (counts_[t] > 0) l -= static_cast<float>(counts_[t]) * p_.frequency_penalty + p_.presence_penalty;
+    counts_[t] = 0;
   }
   return adjusted_.data();
 }

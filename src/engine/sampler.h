@@ -46,7 +46,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int>> cand_;  // scratch
   std::vector<float> adjusted_;
-  std::vector<int> counts_;  // per token: its occurrences in the output (-1: in the prompt only)
+  std::vector<int> counts_;  // per token: its occurrences in the output (-1: in the prompt only); zero between steps
 };
 
 }  // namespace kvlm
