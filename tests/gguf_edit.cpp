@@ -17,6 +17,15 @@ uint32_t ggml_type(DType t) {
     case DType::Q4_K: return 12;
     case DType::Q6_K: return 14;
     case DType::BF16: return 30;
+    case DType::Q4_1: return 3;
+    case DType::Q5_0: return 6;
+    case DType::Q5_1: return 7;
+    case DType::Q2_K: return 10;
+    case DType::Q3_K: return 11;
+    case DType::Q5_K: return 13;
+    case DType::IQ4_NL: return 20;
+    case DType::IQ4_XS: return 23;
+    case DType::MXFP4: return 39;
     case DType::Int8:
     case DType::Int4: break;  // KV-only codecs: no GGUF type
   }

@@ -16,7 +16,7 @@
 #include "kernels/dtype.h"
 #include "kernels/half_dot.h"
 #include "kernels/kv_quant.h"
-#include "kernels/q6k.h"
+#include "kernels/row_dot.h"
 #include "kernels/linear.h"
 #include "kernels/qgemm.h"
 #include "test_support.h"
@@ -53,19 +53,6 @@ void for_each_simd_isa(F check) {
     ++ran;
   }
   if (ran == 0) GTEST_SKIP() << "no SIMD path on this CPU: only the scalar twins run";
-}
-
-// Random Q6_K rows: any bytes are a valid block once its f16 scale is a sane number.
-std::vector<uint8_t> random_q6k(int rows, int in, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> v(static_cast<size_t>(rows) * (in / kQ6kBlock) * kQ6kBlockBytes);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  std::normal_distribution<float> nd(0.0f, 0.01f);
-  for (size_t o = 0; o < v.size(); o += kQ6kBlockBytes) {
-    const uint16_t d = f32_to_f16(nd(rng));
-    std::memcpy(&v[o + 208], &d, 2);
-  }
-  return v;
 }
 
 // n rows of kv_dim random values encoded by the codec, the data shifted by `off` bytes (misaligned).
@@ -421,34 +408,47 @@ TEST(IsaKernels, Bf16ProductsMatchScalarTwinBitForBitAndTheDecodedRows) {
   }
 }
 
-TEST(IsaKernels, Q6kRowDotMatchesScalarTwinAndDequantizedValues) {
+TEST(IsaKernels, RowQuantDotsMatchScalarTwinAndDequantizedValues) {
   for_each_simd_isa([] {
-    for (int in : {256, 512, 768, 2048})
-      for (int off = 0; off < 4; ++off) {
-        const int n = 3;
-        auto w = random_q6k(1, in, in + off);
-        std::vector<uint8_t> shifted(w.size() + off);  // misaligned rows
-        std::copy(w.begin(), w.end(), shifted.begin() + off);
-        auto x = randn(static_cast<size_t>(n) * in, 7 + in);
-        QuantizedActs acts;
-        acts.quantize(x.data(), n, in);
-        std::vector<float> wf(in);
-        dequantize(DType::Q6_K, w.data(), wf.data(), in);
-        for (int t = 0; t < n; ++t) {
-          const float got = q6k_dot_row(shifted.data() + off, acts, t);
-          const float twin = scalar::q6k_dot_row(w.data(), acts, t);
-          ASSERT_EQ(std::memcmp(&got, &twin, 4), 0) << "in " << in << " off " << off << ": " << got << " vs " << twin;
+    for (DType type : test::kRowQuantTypes)
+      for (int in : {96, 256, 512, 800, 2304})  // 96, 800: a last run of groups short of 8
+        for (int off = 0; off < 3; ++off) {
+          if (in % static_cast<int>(dtype_block(type)) != 0) continue;
+          SCOPED_TRACE(std::string(dtype_name(type)) + " in " + std::to_string(in) + " off " + std::to_string(off));
+          const int n = 5;  // one call of 4 tokens and one of 1
+          auto w = test::random_row_quant(type, 1, in, in + off);
+          std::vector<uint8_t> shifted(w.size() + off);  // misaligned rows
+          std::copy(w.begin(), w.end(), shifted.begin() + off);
+          auto x = randn(static_cast<size_t>(n) * in, 7 + in);
+          QuantizedActs acts;
+          acts.quantize(x.data(), n, in);
+          RowQuants u(type, in), twin(type, in);
+          unpack_row(shifted.data() + off, u);
+          scalar::unpack_row(w.data(), twin);
+          ASSERT_EQ(std::memcmp(u.q.data(), twin.q.data(), in), 0);
+          ASSERT_EQ(std::memcmp(u.scale.data(), twin.scale.data(), in / 16 * 2), 0);
+          ASSERT_EQ(std::memcmp(u.min.data(), twin.min.data(), in / 16 * 2), 0);
+          ASSERT_EQ(std::memcmp(u.d.data(), twin.d.data(), in / 32 * 4), 0);
+          ASSERT_EQ(std::memcmp(u.m.data(), twin.m.data(), in / 32 * 4), 0);
+          float got[n], want[n];
+          row_dot(u, acts, 0, 4, got);
+          row_dot(u, acts, 4, 1, got + 4);
+          scalar::row_dot(twin, acts, 0, n, want);
+          ASSERT_EQ(std::memcmp(got, want, sizeof got), 0) << got[0] << " vs " << want[0];
           // Against the values themselves (ggml's decoder, checked against the gguf package):
           // the only difference is the activations' Q8_0 rounding.
-          double ref = 0, mag = 0;
-          for (int i = 0; i < in; ++i) {
-            const double xv = acts.q[static_cast<size_t>(t) * in + i] * static_cast<double>(acts.d[t * acts.nb + i / 32]);
-            ref += wf[i] * xv;
-            mag += std::fabs(wf[i] * xv);
+          std::vector<float> wf(in);
+          dequantize(type, w.data(), wf.data(), in);
+          for (int t = 0; t < n; ++t) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < in; ++i) {
+              const double xv = acts.q[static_cast<size_t>(t) * in + i] * static_cast<double>(acts.d[t * acts.nb + i / 32]);
+              ref += wf[i] * xv;
+              mag += std::fabs(wf[i] * xv);
+            }
+            EXPECT_NEAR(got[t], ref, 1e-5 * mag + 1e-6) << "token " << t;
           }
-          EXPECT_NEAR(got, ref, 1e-5 * mag + 1e-6) << "in " << in;
         }
-      }
   });
 }
 

@@ -1,5 +1,6 @@
 #include "test_support.h"
 
+#include "core/half.h"
 #include "engine/engine.h"
 
 #include <sys/wait.h>
@@ -33,6 +34,36 @@ bool require_shared_env() {
 }
 
 std::string fixtures_dir() { return KVLM_FIXTURES; }
+
+const DType kRowQuantTypes[11] = {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,   DType::Q3_K,  DType::Q4_K,
+                                  DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+
+std::vector<uint8_t> random_row_quant(DType t, int rows, int in, uint64_t seed, float d_std) {
+  // The byte offsets of each layout's f16 scales (ggml-common.h's block_* structs).
+  std::vector<int> scales;
+  switch (t) {
+    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: scales = {0, 2}; break;
+    case DType::Q5_0: case DType::IQ4_NL: case DType::IQ4_XS: scales = {0}; break;
+    case DType::Q2_K: scales = {80, 82}; break;
+    case DType::Q3_K: scales = {108}; break;
+    case DType::Q6_K: scales = {208}; break;
+    default: break;  // MXFP4: an exponent byte
+  }
+  std::mt19937_64 rng(seed);
+  const size_t block_bytes = dtype_block_bytes(t), blocks = static_cast<size_t>(rows) * in / dtype_block(t);
+  std::vector<uint8_t> v(blocks * block_bytes);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  std::normal_distribution<float> nd(0.0f, d_std);
+  const int e0 = 128 + static_cast<int>(std::floor(std::log2(d_std)));  // 2^(e - 128) is MXFP4's scale
+  for (size_t o = 0; o < v.size(); o += block_bytes) {
+    for (int off : scales) {
+      const uint16_t d = f32_to_f16(nd(rng));
+      std::memcpy(&v[o + off], &d, 2);
+    }
+    if (t == DType::MXFP4) v[o] = static_cast<uint8_t>(e0 + static_cast<int>(rng() % 4));
+  }
+  return v;
+}
 
 std::string temp_path(const std::string& name) {
   fs::path dir = fs::temp_directory_path() / ("kvlm_test_" + std::to_string(::getpid()));

@@ -3,8 +3,11 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "kernels/dtype.h"
 
 // The kvlm binary the CLI tests run; an engine-only build (KVLM_ENGINE_ONLY) has none.
 #ifndef KVLM_BIN
@@ -46,6 +49,12 @@ std::string fixtures_dir();
                    << " is missing; NOT CHECKED: " << what;                                           \
     }                                                                                                 \
   } while (0)
+
+// The row-quant types (kernels/row_dot.h), and random rows of one: any bytes are valid blocks once
+// their f16 scales are sane numbers (these are drawn from N(0, d_std)); MXFP4's exponents put its
+// scale between d_std / 2 and 4 d_std.
+extern const DType kRowQuantTypes[11];
+std::vector<uint8_t> random_row_quant(DType t, int rows, int in, uint64_t seed, float d_std = 0.01f);
 
 std::string temp_path(const std::string& name);
 void write_file(const std::string& path, const std::string& bytes);

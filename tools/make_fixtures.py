@@ -13,7 +13,8 @@ reorder_and_upcast_attn) and with the inverse-layer scale, Llama with linear rop
 a GGUF carrying llama.rope.scaling.*), and half precision: Llama in fp16 safetensors and Llama /
 Qwen2 as GGUF F16, whose references are computed in float64 from the same fp16 weights. The Llama and GPT-2 models are also written as GGUF, in F32
 and Q8_0, with the PyPI gguf package (q/k rows permuted to llama.cpp's layout, as its converter
-does). quants/ holds random blocks of each GGUF quant type and gguf's own dequantization of them.
+does). quants/ holds random blocks of each GGUF quant type and gguf's own dequantization of them
+(tools/make_fixtures.py --quants-only writes just those: they need gguf and numpy alone).
 
 For each model it writes <out>/<name>/ (config.json, model.safetensors) and
 <out>/<name>/expected.json: the 32-token prompt, HF's greedy continuation of 32 tokens (with the
@@ -24,12 +25,14 @@ import json
 import os
 import sys
 
-import torch
-import transformers
 import gguf
 import numpy as np
-from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM, LlamaConfig, LlamaForCausalLM,
-                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+
+if "--quants-only" not in sys.argv:
+    import torch
+    import transformers
+    from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM, LlamaConfig, LlamaForCausalLM,
+                              MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 PROMPT_LEN = 32
 NEW_TOKENS = 32
@@ -245,12 +248,19 @@ def write_quant_references(d):
     os.makedirs(d, exist_ok=True)
     rng = np.random.default_rng(5)
     T = gguf.GGMLQuantizationType
-    # (type, block bytes, byte offsets of f16 scale fields)
-    for qt, nbytes, scale_offsets in ((T.Q8_0, 34, (0,)), (T.Q4_0, 18, (0,)), (T.Q4_K, 144, (0, 2)),
-                                      (T.Q6_K, 210, (208,))):
+    # (type, byte offsets of f16 scale fields): any other bytes are valid, the scales are made
+    # finite and modest. MXFP4's scale is an E8M0 exponent (byte 0): every value is valid, the
+    # ends (0, 1, 254, 255) included.
+    for qt, scale_offsets in ((T.Q8_0, (0,)), (T.Q4_0, (0,)), (T.Q4_K, (0, 2)), (T.Q6_K, (208,)),
+                              (T.Q4_1, (0, 2)), (T.Q5_0, (0,)), (T.Q5_1, (0, 2)), (T.Q2_K, (80, 82)),
+                              (T.Q3_K, (108,)), (T.Q5_K, (0, 2)), (T.IQ4_NL, (0,)), (T.IQ4_XS, (0,)),
+                              (T.MXFP4, ())):
+        nbytes = gguf.GGML_QUANT_SIZES[qt][1]
         blocks = rng.integers(0, 256, size=(8, nbytes), dtype=np.uint8)
         for off in scale_offsets:  # finite, modest scales
             blocks[:, off:off + 2] = rng.uniform(0.001, 0.1, size=8).astype(np.float16).view(np.uint8).reshape(8, 2)
+        if qt == T.MXFP4:
+            blocks[:4, 0] = (0, 1, 254, 255)
         values = gguf.quants.dequantize(blocks, qt).astype("<f4")
         blocks.tofile(os.path.join(d, f"{qt.name}.bin"))
         values.tofile(os.path.join(d, f"{qt.name}.f32"))
@@ -269,4 +279,8 @@ def write_quantize_references(d):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures")
+    if "--quants-only" in sys.argv:
+        args = [a for a in sys.argv[1:] if a != "--quants-only"]
+        write_quant_references(os.path.join(args[0] if args else "tests/fixtures", "quants"))
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures")

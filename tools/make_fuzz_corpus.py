@@ -72,6 +72,56 @@ def gguf_files():
         w.close()
 
 
+def gguf_row_quants():
+    """A llama block whose matrices are in every row-quant type (random bytes, sane f16 scales):
+    the fuzzer's mutations then reach each block layout (truncated super-blocks, NaN/Inf scales)."""
+    T = gguf.GGMLQuantizationType
+    w = gguf.GGUFWriter(path("gguf", "tiny_row_quants.gguf"), "llama")
+    d, vocab = 256, 262
+    w.add_context_length(16)
+    w.add_embedding_length(d)
+    w.add_block_count(1)
+    w.add_feed_forward_length(d)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)] + ["\u2581a", "b", "\u2581ab"]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * (len(tokens) - 3) + [-1.0, -2.0, -0.5])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1, 1, 1])
+    scale_offsets = {T.Q4_1: (0, 2), T.Q5_0: (0,), T.Q5_1: (0, 2), T.Q2_K: (80, 82), T.Q3_K: (108,),
+                     T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.IQ4_NL: (0,), T.IQ4_XS: (0,), T.MXFP4: ()}
+
+    def blocks(name, rows, cols, qt):
+        per, nbytes = gguf.GGML_QUANT_SIZES[qt]
+        b = rng.integers(0, 256, size=(rows * cols // per, nbytes), dtype=np.uint8)
+        for off in scale_offsets[qt]:
+            b[:, off:off + 2] = rng.uniform(-0.02, 0.02, size=len(b)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        if qt == T.MXFP4:
+            b[:, 0] = 120
+        b = b.reshape(rows, -1)
+        w.add_tensor(name, b, raw_shape=b.shape, raw_dtype=qt)
+
+    kv = d // 2
+    blocks("token_embd.weight", vocab, d, T.Q4_1)
+    blocks("output.weight", vocab, d, T.MXFP4)
+    w.add_tensor("output_norm.weight", np.ones(d, dtype=np.float32))
+    w.add_tensor("blk.0.attn_norm.weight", np.ones(d, dtype=np.float32))
+    w.add_tensor("blk.0.ffn_norm.weight", np.ones(d, dtype=np.float32))
+    blocks("blk.0.attn_q.weight", d, d, T.Q4_K)
+    blocks("blk.0.attn_k.weight", kv, d, T.Q6_K)
+    blocks("blk.0.attn_v.weight", kv, d, T.Q5_K)
+    blocks("blk.0.attn_output.weight", d, d, T.Q3_K)
+    blocks("blk.0.ffn_gate.weight", d, d, T.Q2_K)
+    blocks("blk.0.ffn_up.weight", d, d, T.IQ4_XS)
+    blocks("blk.0.ffn_down.weight", d, d, T.IQ4_NL)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def configs():
     for d in sorted(os.listdir(os.path.join(ROOT, "tests", "fixtures"))):
         src = os.path.join(ROOT, "tests", "fixtures", d, "config.json")
@@ -102,6 +152,7 @@ def llama2c():
 if __name__ == "__main__":
     safetensors()
     gguf_files()
+    gguf_row_quants()
     configs()
     tokenizer_json()
     llama2c()

@@ -260,6 +260,7 @@ json bench_report(const BenchArgs& asked) {
   json j;
   j["model"] = {{"name", name}, {"arch", c.arch},
                 {"weights", a.weights.empty() ? dtype_name(m->stored_format) : a.weights}, {"params", m->n_params()}, {"weight_bytes", m->weight_bytes()},
+                {"weight_bytes_by_type", m->weight_bytes_by_type()},
                 {"layers", c.n_layers}, {"dim", c.dim}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
                 {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"context", c.max_seq_len}};
   j["threads"] = ThreadPool::global().size();

@@ -52,9 +52,13 @@ int run_bench(const BenchArgs& a) {
   };
   const json& model = j["model"];
   const size_t prompt_tokens = j["prompt_tokens"].get<size_t>();
-  std::printf("kvlm bench: %s | %s, %.1f MB weights (%s) | %d threads, %s kernels\n", name.c_str(),
+  // A mixed file (Q4_K_M) names each type with its bytes.
+  std::string types;
+  for (const auto& [type, bytes] : model["weight_bytes_by_type"].items())
+    if (bytes.get<double>() >= 1e6) types += (types.empty() ? "" : ", ") + type + " " + std::to_string(static_cast<long>(bytes.get<double>() / 1e6));
+  std::printf("kvlm bench: %s | %s, %.1f MB weights (%s; MB by type: %s) | %d threads, %s kernels\n", name.c_str(),
               model["arch"].get<std::string>().c_str(), model["weight_bytes"].get<double>() / 1e6,
-              model["weights"].get<std::string>().c_str(), j["threads"].get<int>(), j["isa"].get<std::string>().c_str());
+              model["weights"].get<std::string>().c_str(), types.c_str(), j["threads"].get<int>(), j["isa"].get<std::string>().c_str());
   std::printf("prompt %zu tokens | mean ± std over %d runs after %d warm-up\n\n", prompt_tokens, a.runs, a.warmup);
   std::printf("%-22s %-22s %-22s %s\n", "metric (ms)", "KV cache on", "KV cache off", "cache speedup");
   auto row = [&](const std::string& label, const json& on, const json* off, const char* sk) {

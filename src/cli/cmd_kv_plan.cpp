@@ -30,8 +30,10 @@ int run_plan(const PlanArgs& a) {
   size_t weights = 0;
   ModelConfig c;
   DType source_format = DType::F32;  // a preset's synthetic matrices are f32
+  std::map<std::string, size_t> by_type;  // the file's bytes by stored type
   if (!a.model.empty()) {
     c = load_model_config(a.model, &weights, &source_format);
+    by_type = stored_bytes_by_type(a.model);
   } else {
     c = preset_config(a.preset);
     weights = synthetic_model_bytes(c);
@@ -88,6 +90,7 @@ int run_plan(const PlanArgs& a) {
                    {"blocks_per_sequence", blocks_per_seq},
                    {"kv_bytes", kv_total_d},
                    {"weight_bytes", weights},
+                   {"weight_bytes_by_type", by_type},
                    {"memory_bytes", memory_d},
                    {"fits", fits},
                    {"bytes_left", static_cast<double>(left)},
@@ -108,6 +111,11 @@ int run_plan(const PlanArgs& a) {
                 static_cast<double>(residual_per_seq));
   std::printf("batch %d x ctx %d: %.6g GB of KV, weights %.3f GB, memory %.6g GB\n", a.batch, ctx, kv_total_d / 1e9,
               weights / 1e9, memory_d / 1e9);
+  if (!by_type.empty()) {
+    std::string parts;
+    for (const auto& [type, bytes] : by_type) parts += (parts.empty() ? "" : ", ") + type + " " + std::to_string(bytes / 1000000) + " MB";
+    std::printf("weights by stored type: %s\n", parts.c_str());
+  }
   std::printf("fits: %s; %s %.6g GB\n", fits ? "yes" : "NO", fits ? "left" : "short by",
               static_cast<double>(std::fabs(left)) / 1e9);
   std::printf("at ctx %d at most %llu sequences fit; at batch %d at most %llu tokens each\n", ctx,

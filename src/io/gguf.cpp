@@ -97,19 +97,43 @@ GgufValue read_value(Cursor& c, GgufType t, const std::string& key, const std::s
   return v;
 }
 
+// ggml's type numbers (ggml.h's enum ggml_type), the ones kvlm runs and the ones it names to refuse.
+struct GgmlTypeName {
+  uint32_t id;
+  const char* name;
+  bool runs;
+  DType type;
+};
+constexpr GgmlTypeName kGgmlTypes[] = {
+    {0, "F32", true, DType::F32},         {1, "F16", true, DType::F16},       {2, "Q4_0", true, DType::Q4_0},
+    {3, "Q4_1", true, DType::Q4_1},       {6, "Q5_0", true, DType::Q5_0},     {7, "Q5_1", true, DType::Q5_1},
+    {8, "Q8_0", true, DType::Q8_0},       {9, "Q8_1", false, {}},             {10, "Q2_K", true, DType::Q2_K},
+    {11, "Q3_K", true, DType::Q3_K},      {12, "Q4_K", true, DType::Q4_K},    {13, "Q5_K", true, DType::Q5_K},
+    {14, "Q6_K", true, DType::Q6_K},      {15, "Q8_K", false, {}},            {16, "IQ2_XXS", false, {}},
+    {17, "IQ2_XS", false, {}},            {18, "IQ3_XXS", false, {}},         {19, "IQ1_S", false, {}},
+    {20, "IQ4_NL", true, DType::IQ4_NL},  {21, "IQ3_S", false, {}},           {22, "IQ2_S", false, {}},
+    {23, "IQ4_XS", true, DType::IQ4_XS},  {24, "I8", false, {}},              {25, "I16", false, {}},
+    {26, "I32", false, {}},               {27, "I64", false, {}},             {28, "F64", false, {}},
+    {29, "IQ1_M", false, {}},             {30, "BF16", true, DType::BF16},    {34, "TQ1_0", false, {}},
+    {35, "TQ2_0", false, {}},             {39, "MXFP4", true, DType::MXFP4},  {40, "NVFP4", false, {}},
+    {41, "Q1_0", false, {}},
+};
+
+std::string supported_ggml_types() {
+  std::string s;
+  for (const GgmlTypeName& g : kGgmlTypes)
+    if (g.runs) s += (s.empty() ? "" : ", ") + std::string(g.name);
+  return s;
+}
+
 DType ggml_type(uint32_t t, const std::string& label, const std::string& name) {
-  switch (t) {
-    case 0: return DType::F32;
-    case 1: return DType::F16;
-    case 2: return DType::Q4_0;
-    case 8: return DType::Q8_0;
-    case 12: return DType::Q4_K;
-    case 14: return DType::Q6_K;
-    case 30: return DType::BF16;
-    default:
-      fail(label, ": tensor ", name, " has unsupported ggml type ", t,
-           " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)");
-  }
+  for (const GgmlTypeName& g : kGgmlTypes)
+    if (g.id == t) {
+      if (g.runs) return g.type;
+      fail(label, ": tensor ", name, " is ", g.name, " (ggml type ", t, "), which kvlm does not run (supported: ",
+           supported_ggml_types(), ")");
+    }
+  fail(label, ": tensor ", name, " has unknown ggml type ", t, " (supported: ", supported_ggml_types(), ")");
 }
 
 }  // namespace

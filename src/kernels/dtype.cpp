@@ -1,5 +1,6 @@
-// The dtype table. The ggml block decoders follow ggml-quants.c (dequantize_row_q8_0 / q4_0 /
-// q4_K / q6_K), checked against the PyPI gguf package in tests/gguf_test.cpp.
+// The dtype table. The ggml block decoders follow ggml-quants.c (dequantize_row_q8_0 / q4_0 here,
+// the row-quant types in kernels/ggml_blocks.cpp), checked against the PyPI gguf package in
+// tests/gguf_test.cpp.
 #include "kernels/dtype.h"
 
 #include <algorithm>
@@ -10,23 +11,12 @@
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
 #include "kernels/half_dot.h"
-#include "kernels/q6k.h"
+#include "kernels/ggml_blocks.h"
 #include "kernels/quantize.h"
 
 namespace kvlm {
 
 namespace {
-
-// Q4_K packs 8 sub-block scales and mins in 6 bits each into 12 bytes.
-void q4k_scale_min(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
-  if (j < 4) {
-    d = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
 
 void q8_0(const uint8_t* b, float* y) {
   float d = f16_at(b);
@@ -41,29 +31,6 @@ void q4_0(const uint8_t* b, float* y) {
     y[i] = d * ((q[i] & 0xF) - 8);
     y[i + 16] = d * ((q[i] >> 4) - 8);
   }
-}
-
-void q4_k(const uint8_t* b, float* y) {
-  float d = f16_at(b), dmin = f16_at(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* q = b + 16;
-  for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
-    uint8_t sc, m;
-    q4k_scale_min(is, scales, sc, m);
-    float d1 = d * sc, m1 = dmin * m;
-    q4k_scale_min(is + 1, scales, sc, m);
-    float d2 = d * sc, m2 = dmin * m;
-    for (int l = 0; l < 32; ++l) y[j + l] = d1 * (q[l] & 0xF) - m1;
-    for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * (q[l] >> 4) - m2;
-  }
-}
-
-void q6_k(const uint8_t* b, float* y) {
-  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = f16_at(b + 208);
-  int q[kQ6kBlock];
-  q6k_unpack(b, q);
-  for (int v = 0; v < kQ6kBlock; ++v) y[v] = d * sc[v / 16] * (q[v] - 32);
 }
 
 // Plain and block types, widened row by row.
@@ -116,6 +83,11 @@ float f16_dot(const void* w, const float* x, int n) { return dot_f16(static_cast
 float bf16_dot(const void* w, const float* x, int n) { return dot_bf16(static_cast<const uint16_t*>(w), x, n); }
 
 constexpr unsigned kAll = kInFiles | kAsWeights | kInKvPages;
+constexpr unsigned kRows = kInFiles | kAsStored;  // the row-quant types
+template <DType T>
+void row_quant_to(const uint8_t* s, float* d, size_t n) {
+  blocks_to_float(T, s, d, n);
+}
 
 // In DType's order.
 const DTypeTraits kTable[] = {
@@ -124,11 +96,20 @@ const DTypeTraits kTable[] = {
     {DType::BF16, "bf16", 1, 2, kAll, half_to<bf16_to_f32>, half_from<f32_to_bf16>, bf16_dot},
     {DType::Q8_0, "q8_0", 32, 34, kInFiles | kAsWeights, blocks_to<q8_0, 32, 34>, q8_0_from, nullptr},
     {DType::Q4_0, "q4_0", 32, 18, kInFiles | kAsWeights, blocks_to<q4_0, 32, 18>, q4_0_from, nullptr},
-    {DType::Q4_K, "q4_k", 256, 144, kInFiles, blocks_to<q4_k, 256, 144>, nullptr, nullptr},
-    {DType::Q6_K, "q6_k", 256, 210, kInFiles, blocks_to<q6_k, 256, 210>, nullptr, nullptr},
+    {DType::Q4_K, "q4_k", 256, 144, kRows, row_quant_to<DType::Q4_K>, nullptr, nullptr},
+    {DType::Q6_K, "q6_k", 256, 210, kRows, row_quant_to<DType::Q6_K>, nullptr, nullptr},
     // KV codecs: rows with their scales beside them (kernels/kv_quant.h), no file layout.
     {DType::Int8, "int8", 0, 0, kInKvPages, nullptr, nullptr, nullptr},
     {DType::Int4, "int4", 32, 0, kInKvPages, nullptr, nullptr, nullptr},
+    {DType::Q4_1, "q4_1", 32, 20, kRows, row_quant_to<DType::Q4_1>, nullptr, nullptr},
+    {DType::Q5_0, "q5_0", 32, 22, kRows, row_quant_to<DType::Q5_0>, nullptr, nullptr},
+    {DType::Q5_1, "q5_1", 32, 24, kRows, row_quant_to<DType::Q5_1>, nullptr, nullptr},
+    {DType::Q2_K, "q2_k", 256, 84, kRows, row_quant_to<DType::Q2_K>, nullptr, nullptr},
+    {DType::Q3_K, "q3_k", 256, 110, kRows, row_quant_to<DType::Q3_K>, nullptr, nullptr},
+    {DType::Q5_K, "q5_k", 256, 176, kRows, row_quant_to<DType::Q5_K>, nullptr, nullptr},
+    {DType::IQ4_NL, "iq4_nl", 32, 18, kRows, row_quant_to<DType::IQ4_NL>, nullptr, nullptr},
+    {DType::IQ4_XS, "iq4_xs", 256, 136, kRows, row_quant_to<DType::IQ4_XS>, nullptr, nullptr},
+    {DType::MXFP4, "mxfp4", 32, 17, kRows, row_quant_to<DType::MXFP4>, nullptr, nullptr},
 };
 
 }  // namespace
@@ -140,6 +121,8 @@ const DTypeTraits& dtype_traits(DType t) {
 }
 
 const char* dtype_name(DType t) { return dtype_traits(t).name; }
+
+bool is_dtype(unsigned t) { return t < std::size(kTable); }
 
 std::string dtype_names(DTypeRole role) {
   std::string known;

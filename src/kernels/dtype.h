@@ -4,7 +4,9 @@
 //
 //   f32, f16, bf16     plain values
 //   q8_0, q4_0         ggml blocks of 32: an f16 scale + int8 values / nibbles (files, weights)
-//   q4_k, q6_k         ggml super-blocks of 256 (files only: widened at load)
+//   q4_1 q5_0 q5_1 iq4_nl mxfp4 q2_k q3_k q4_k q5_k q6_k iq4_xs
+//                      ggml blocks of 32 and super-blocks of 256, run as the file stores them
+//                      (kernels/ggml_blocks.h, kernels/row_dot.h)
 //   int8               KV rows: int8 values + one f32 scale per head (the block is the head)
 //   int4               KV rows: nibbles + an f32 scale and zero point per 32 values
 #pragma once
@@ -14,13 +16,15 @@
 
 namespace kvlm {
 
-enum class DType { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Int8, Int4 };
+// The numbers are kept in KV snapshots: new types go at the end.
+enum class DType { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Int8, Int4, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4 };
 
 // Where a type may appear; a row lists every role it has.
 enum DTypeRole : unsigned {
   kInFiles = 1,    // a tensor type in safetensors / GGUF / llama2.c files
   kAsWeights = 2,  // a Linear's matrices run in it (--weights)
   kInKvPages = 4,  // a KV cache's rows are stored in it (--kv-dtype)
+  kAsStored = 8,   // a Linear runs a file's matrices in it as stored (no from-float: not for --weights)
 };
 
 struct DTypeTraits {
@@ -48,6 +52,10 @@ DType parse_dtype(const std::string& name, DTypeRole role, const char* what);
 std::string dtype_names(DTypeRole role);
 // Bytes of a row of n values in the file layout; throws unless n is a multiple of the block.
 uint64_t dtype_row_bytes(DType t, uint64_t n, const std::string& what);
+// Whether a file's matrices of type t run in t (else they are widened to f32).
+inline bool runs_as_stored(DType t) { return (dtype_traits(t).roles & (kAsWeights | kAsStored)) != 0; }
+// Whether t is a DType value (a number read from a file).
+bool is_dtype(unsigned t);
 // Widens n values of type t (file layout) to f32.
 void dequantize(DType t, const uint8_t* src, float* dst, size_t n);
 

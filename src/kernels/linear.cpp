@@ -16,9 +16,9 @@
 #include "kernels/dot.h"
 #include "kernels/half_dot.h"
 #include "kernels/ops.h"
-#include "kernels/q6k.h"
 #include "kernels/qgemm.h"
 #include "kernels/qgemm_amx.h"
+#include "kernels/row_dot.h"
 
 namespace kvlm {
 
@@ -38,7 +38,7 @@ bool Linear::convert(DType f) {
   }
   if (fmt != DType::F32) {  // back to the f32 values the blocks stand for, then on
     w.resize(static_cast<size_t>(out) * in);
-    if (fmt == DType::Q6_K)  // rows in the file layout, not our packed groups
+    if (is_row_quant(fmt))  // rows in the file layout, not our packed groups
       dequantize(fmt, packed.data(), w.data(), w.size());
     else
       unpack_to_f32(fmt, packed.data(), out, in, w.data());
@@ -87,18 +87,22 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
     });
     return;
   }
-  // y[t][r] = dot(row r, token t) + b[r], a row at a time (Q6_K rows).
-  auto by_rows = [&](auto&& row_dot) {
-    run(out, [&](size_t r0, size_t r1) {
-      for (size_t r = r0; r < r1; ++r)
-        for (int t = 0; t < n; ++t) y[static_cast<size_t>(t) * out + r] = row_dot(r, t) + (B ? B[r] : 0.0f);
-    });
-  };
   QuantizedActs& acts = ctx.quantized_acts();  // activations to Q8_0 once per call, as llama.cpp does
   acts.quantize(x, n, in, &pool);
-  if (fmt == DType::Q6_K) {  // rows as stored in the file
-    const size_t row_bytes = static_cast<size_t>(in / kQ6kBlock) * kQ6kBlockBytes;
-    by_rows([&](size_t r, int t) { return q6k_dot_row(packed.data() + r * row_bytes, acts, t); });
+  if (is_row_quant(fmt)) {  // rows as stored in the file: each unpacked once, then every token
+    const size_t row_bytes = dtype_row_bytes(fmt, in, "matrix row");
+    run(out, [&](size_t r0, size_t r1) {
+      RowQuants u(fmt, in);
+      float dots[4];
+      for (size_t r = r0; r < r1; ++r) {
+        unpack_row(packed.data() + r * row_bytes, u);
+        for (int t0 = 0; t0 < n; t0 += 4) {
+          const int nt = std::min(4, n - t0);
+          row_dot(u, acts, t0, nt, dots);
+          for (int t = 0; t < nt; ++t) y[static_cast<size_t>(t0 + t) * out + r] = dots[t] + (B ? B[r] : 0.0f);
+        }
+      }
+    });
     return;
   }
   const size_t gbytes = q_group_bytes(fmt, in / 32);

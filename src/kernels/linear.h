@@ -1,6 +1,7 @@
-// Linear: a dense layer y[n][out] = x[n][in] * W^T + b, with W in f32, f16, bf16, Q8_0, Q4_0 or Q6_K.
-// Q8_0 and Q4_0 are repacked at load into groups of 8 interleaved rows (kernels/qgemm.h); Q6_K
-// runs as the file stores it (kernels/q6k.h);
+// Linear: a dense layer y[n][out] = x[n][in] * W^T + b, with W in f32, f16, bf16, Q8_0, Q4_0 or a
+// row-quant type (Q4_1 ... Q6_K, IQ4_NL, IQ4_XS, MXFP4). Q8_0 and Q4_0 are repacked at load into
+// groups of 8 interleaved rows (kernels/qgemm.h); the row-quant types run as the file stores
+// them (kernels/row_dot.h);
 // activations are quantized to Q8_0 per call (as llama.cpp does) and multiplied in int8: on AMX
 // tiles where the CPU has them and 16 or more tokens come at once (kernels/qgemm_amx.h).
 #pragma once
@@ -23,7 +24,7 @@ struct Linear {
   DType fmt = DType::F32;
   Buffer<float> w;          // [out][in] (F32)
   Buffer<uint16_t> w16;     // [out][in] (BF16 or F16)
-  Buffer<uint8_t> packed;   // Q8_0, Q4_0: ceil(out/8) groups of 8 interleaved rows; Q6_K: GGUF rows
+  Buffer<uint8_t> packed;   // Q8_0, Q4_0: ceil(out/8) groups of 8 interleaved rows; row-quants: GGUF rows
   Buffer<float> b;          // [out], or empty when the layer has no bias
 
   // Runs on ctx's pool, reusing its quantized-activation buffer; the short form on this

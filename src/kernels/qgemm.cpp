@@ -178,13 +178,16 @@ void QuantizedActs::quantize(const float* x, int n_tokens, int in_features, Thre
   d.resize(static_cast<size_t>(n) * nb);
   q.resize(static_cast<size_t>(n) * in);
   x8.resize(static_cast<size_t>(n) * nb);
+  s16.resize(static_cast<size_t>(n) * (in / 16));
   auto rows = [&](size_t t0, size_t t1) {
     for (size_t t = t0; t < t1; ++t) {
       quantize_row_q8_0(x + t * in, in, d.data() + t * nb, q.data() + t * in);
       for (size_t b = t * nb; b < (t + 1) * nb; ++b) {
-        int s = 0;
-        for (int k = 0; k < 32; ++k) s += q[b * 32 + k];
-        x8[b] = 8.0f * static_cast<float>(s);
+        int lo = 0, hi = 0;
+        for (int k = 0; k < 16; ++k) lo += q[b * 32 + k], hi += q[b * 32 + 16 + k];
+        s16[2 * b] = static_cast<int16_t>(lo);
+        s16[2 * b + 1] = static_cast<int16_t>(hi);
+        x8[b] = 8.0f * static_cast<float>(lo + hi);
       }
     }
   };

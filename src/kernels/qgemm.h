@@ -45,6 +45,7 @@ struct QuantizedActs {
   Buffer<float> d;    // [n][nb] block scales
   Buffer<int8_t> q;   // [n][in]
   Buffer<float> x8;   // [n][nb] 8 * sum of the block's quants (the Q4_0 offset term)
+  Buffer<int16_t> s16;  // [n][in / 16] sums of each 16 quants (the row-quant types' min term)
   // pool: where a large batch is split (default: the process pool).
   void quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool = nullptr);
 };

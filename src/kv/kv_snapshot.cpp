@@ -75,7 +75,7 @@ void check_identity(const std::string& path, const Header& h, const PagedKvCache
   fill_shape(want, c);
   if (h.dtype != want.dtype || h.block_size != want.block_size || h.kv_dim != want.kv_dim || h.n_layers != want.n_layers ||
       h.residual != want.residual)
-    fail(path, ": KV snapshot of another KV codec or shape (", h.dtype < 9 ? dtype_name(static_cast<DType>(h.dtype)) : "?",
+    fail(path, ": KV snapshot of another KV codec or shape (", is_dtype(h.dtype) ? dtype_name(static_cast<DType>(h.dtype)) : "?",
          " pages, blocks of ", h.block_size, ", residual ", h.residual, "; this run: ", dtype_name(c.pages().dtype()),
          ", ", want.block_size, ", ", want.residual, ")");
   const Sha256Digest s = Sha256::of_string(salt);

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kernels/qgemm.h"
+#include "kernels/row_dot.h"
 
 namespace kvlm {
 
@@ -32,15 +33,15 @@ Linear bind_linear(const TensorSource& s, const std::string& name, int out, int 
   const TensorInfo& t = s.get(name + ".weight");
   const bool row_major = t.shape == std::vector<int64_t>{out, in} &&
                          t.nbytes == static_cast<size_t>(out) * dtype_row_bytes(t.dtype, in, t.name);
-  // Each matrix runs in its stored type where a kernel takes it: the halves, f32 and Q6_K straight
-  // from the mapping; Q8_0 / Q4_0 repacked (the file's pages then go); others widen exactly.
+  // Each matrix runs in its stored type: the halves, f32 and the row-quant types straight from the
+  // mapping; Q8_0 / Q4_0 repacked (the file's pages then go); a matrix of another shape widens.
   // (Q8_0 from the mapping was tried: rows packed on the fly each step cost decode 40%, and a
   // row-major kernel cost prefill 1.6x and summed in another order than the batched kernel.)
   if (row_major && (t.dtype == DType::Q8_0 || t.dtype == DType::Q4_0)) {
     l.fmt = t.dtype;
     l.packed = pack_gguf_blocks(l.fmt, t.data, out, in);
     s.drop_pages(t);
-  } else if (row_major && t.dtype == DType::Q6_K) {
+  } else if (row_major && is_row_quant(t.dtype)) {
     l.fmt = t.dtype;
     l.packed = stored_as<uint8_t>(s, t);
   } else if (row_major && (t.dtype == DType::F16 || t.dtype == DType::BF16)) {
@@ -106,13 +107,13 @@ Linear split_rows(const Linear& fused, int first, int count) {
     case DType::BF16:
       l.w16.assign(fused.w16.begin() + first * in, fused.w16.begin() + (first + count) * in);
       return l;
-    case DType::Q6_K: {
-      const size_t row = fused.packed.size() / fused.out;
-      l.packed.assign(fused.packed.begin() + first * row, fused.packed.begin() + (first + count) * row);
-      return l;
-    }
     default:
       break;
+  }
+  if (is_row_quant(fused.fmt)) {
+    const size_t row = fused.packed.size() / fused.out;
+    l.packed.assign(fused.packed.begin() + first * row, fused.packed.begin() + (first + count) * row);
+    return l;
   }
   if (first % kGroupRows == 0 && count % kGroupRows == 0) {
     const size_t group = q_group_bytes(fused.fmt, fused.in / 32);

@@ -117,9 +117,9 @@ std::unique_ptr<Model> load_gguf_model(const GgufFile& g) {
   auto m = std::make_unique<Model>();
   m->cfg = gguf_config(g);
   // Run the matrices in the file's type: Q8_0 / Q4_0 re-encode exactly (same scales, same quants).
-  // A type Linear runs keeps its type (f16 stays f16); Q4_K / Q6_K run widened to f32.
+  // A type Linear runs keeps its type (f16 stays f16, Q4_K stays Q4_K).
   m->source_format = gguf_matrix_type(g);
-  m->stored_format = dtype_traits(m->source_format).roles & kAsWeights ? m->source_format : DType::F32;
+  m->stored_format = runs_as_stored(m->source_format) ? m->source_format : DType::F32;
   TensorSource renamed;
   renamed.share_files(g.tensors);
   for (const auto& [name, t] : g.tensors.all()) {

@@ -40,6 +40,23 @@ size_t Model::weight_bytes() const {
   return bytes;
 }
 
+std::map<std::string, size_t> Model::weight_bytes_by_type() const {
+  std::map<std::string, size_t> by;
+  auto linear = [&](const Linear& l) {
+    if (l.out == 0) return;
+    by[dtype_name(l.fmt)] += l.bytes() - l.b.size() * sizeof(float);
+    by["f32"] += l.b.size() * sizeof(float);
+  };
+  by[dtype_name(tok_emb_type)] += embedding_bytes();
+  by["f32"] += (pos_emb.size() + final_norm.size() + final_norm_bias.size()) * sizeof(float);
+  linear(lm_head);
+  for (const LayerWeights& L : layers) {
+    by["f32"] += (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size()) * 4;
+    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) linear(*l);
+  }
+  return by;
+}
+
 size_t Model::n_params() const {
   size_t n = static_cast<size_t>(cfg.vocab_size) * cfg.dim + pos_emb.size() + final_norm.size() + final_norm_bias.size();
   auto lin = [](const Linear& l) { return static_cast<size_t>(l.out) * l.in + l.b.size(); };
@@ -155,7 +172,7 @@ std::unique_ptr<Model> load_hf(const fs::path& dir) {
   read_hf_weights(dir, src);
   m->source_format = hf_matrix_type(src);
   // Half precision stays in its own type: f16 is never narrowed to bf16.
-  m->stored_format = dtype_traits(m->source_format).roles & kAsWeights ? m->source_format : DType::F32;
+  m->stored_format = runs_as_stored(m->source_format) ? m->source_format : DType::F32;
   family_named(m->cfg.arch, dir.string()).bind(src, *m, TensorLayout::HuggingFace);
   m->init_rope();
   return m;
@@ -192,6 +209,21 @@ std::unique_ptr<Model> load_llama2c(const std::string& path) {
 }
 
 }  // namespace
+
+std::map<std::string, size_t> stored_bytes_by_type(const std::string& path) {
+  TensorSource src;
+  std::unique_ptr<GgufFile> g;
+  if (fs::is_directory(path)) {
+    read_hf_weights(path, src);
+  } else if (looks_like_gguf(path)) {
+    g = read_gguf(path);
+  } else {
+    read_llama2c(path, src);
+  }
+  std::map<std::string, size_t> bytes;
+  for (const auto& [name, t] : (g ? g->tensors : src).all()) bytes[dtype_name(t.dtype)] += t.nbytes;
+  return bytes;
+}
 
 ModelConfig load_model_config(const std::string& path, size_t* weight_bytes, DType* source_format) {
   fs::path p(path);

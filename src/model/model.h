@@ -2,6 +2,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,7 +32,7 @@ struct Model {
   Buffer<float> final_norm, final_norm_bias;  // [dim]
   Linear lm_head;                              // [vocab][dim]; empty when tied to tok_emb
   RopeTable rope;                              // RoPE inverse frequencies (none without RoPE)
-  DType stored_format = DType::F32;  // the type the matrices were bound in (Q4_K / Q6_K: widened to f32)
+  DType stored_format = DType::F32;  // the type the matrices were bound in (f32 where the file's type does not run)
   // The matrices' type as given: the file's (Q4_K stays Q4_K), or the one --weights asked for.
   // It picks the KV type "auto" (auto_kv_dtype).
   DType source_format = DType::F32;
@@ -44,6 +45,8 @@ struct Model {
   size_t embedding_bytes() const { return tok_emb.bytes() + tok_emb_rows.bytes(); }
   // Bytes of all weights (what one decode step must read at least once).
   size_t weight_bytes() const;
+  // The same bytes by the type each matrix runs in ("q4_k" -> bytes; norms and biases as f32).
+  std::map<std::string, size_t> weight_bytes_by_type() const;
   size_t n_params() const;
   // Fills the RoPE table from cfg; call after the config is final.
   void init_rope();
@@ -65,6 +68,9 @@ std::unique_ptr<Model> load_model(const std::string& path, const std::string& we
 // The config alone (no weights read), the bytes the weight files take on disk, and the
 // matrices' type in the file (from the files' headers).
 ModelConfig load_model_config(const std::string& path, size_t* weight_bytes = nullptr, DType* source_format = nullptr);
+// Bytes of the tensors a model file or folder stores, by stored type ("q4_k" -> bytes), from the
+// headers alone (a Q4_K_M file mixes several types).
+std::map<std::string, size_t> stored_bytes_by_type(const std::string& path);
 
 // The KV type "auto" stands for: f32 beside matrices given in f32, f16 beside any other (half,
 // bf16 or quantized matrices). f16 is llama.cpp's default KV and vLLM's "auto" follows the

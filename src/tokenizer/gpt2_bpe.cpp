@@ -71,10 +71,12 @@ Gpt2Bpe::Gpt2Bpe(const std::unordered_map<std::string, int>& vocab,
   pieces_.assign(max_id + 1, "");
   for (auto& [s, id] : vocab) pieces_[id] = special_tokens.count(s) ? s : unicode_to_bytes(s, inv);
   for (auto& [s, id] : special_tokens) pieces_[id] = s;
+  // Some vocabularies leave out control bytes (SmolLM2's lacks 0x00-0x08 and others): such a
+  // byte is dropped when encoding, as Hugging Face's byte-level BPE drops a symbol it has no token
+  // for when there is no unknown token.
   for (int b = 0; b < 256; ++b) {
     auto it = vocab.find(table[b]);
-    if (it == vocab.end()) fail("GPT-2 vocabulary lacks the token for byte ", b);
-    byte_ids_[b] = it->second;
+    byte_ids_[b] = it == vocab.end() ? -1 : it->second;
   }
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     auto a = vocab.find(merges[rank].first), b = vocab.find(merges[rank].second);
@@ -123,7 +125,8 @@ void Gpt2Bpe::encode_chunk(const std::string& text, std::vector<int>& out) const
       }
     }
     std::vector<int> ids;
-    for (unsigned char c : word) ids.push_back(byte_ids_[c]);
+    for (unsigned char c : word)
+      if (byte_ids_[c] >= 0) ids.push_back(byte_ids_[c]);
     bpe_merge(ids, merges_);
     out.insert(out.end(), ids.begin(), ids.end());
     std::lock_guard<std::mutex> lock(cache_mu_);
@@ -143,7 +146,10 @@ std::vector<int> Gpt2Bpe::encode_ordinary(const std::string& text) const {
     size_t i = pos, len;
     while (i < text.size() && (len = utf8_sequence_length(text, i)) > 0) i += len;
     if (i > pos) encode_chunk(text.substr(pos, i - pos), out);
-    if (i < text.size()) out.push_back(byte_ids_[static_cast<unsigned char>(text[i++])]);
+    if (i < text.size()) {
+      const int id = byte_ids_[static_cast<unsigned char>(text[i++])];
+      if (id >= 0) out.push_back(id);
+    }
     pos = i;
   }
   return out;

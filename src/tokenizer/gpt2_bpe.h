@@ -28,7 +28,7 @@ class Gpt2Bpe : public Tokenizer {
   void encode_chunk(const std::string& word, std::vector<int>& out) const;
 
   std::vector<std::string> pieces_;  // id -> raw bytes
-  int byte_ids_[256];                // id of each single byte's token
+  int byte_ids_[256];                // id of each single byte's token, or -1 where the vocabulary has none
   MergeTable merges_;
   void* regex_ = nullptr;  // pcre2_code_8*
   mutable std::mutex cache_mu_;
