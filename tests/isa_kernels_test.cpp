@@ -420,16 +420,16 @@ TEST(IsaKernels, RowQuantDotsMatchScalarTwinAndDequantizedValues) {
           std::vector<uint8_t> shifted(w.size() + off);  // misaligned rows
           std::copy(w.begin(), w.end(), shifted.begin() + off);
           auto x = randn(static_cast<size_t>(n) * in, 7 + in);
-          QuantizedActs acts;
-          acts.quantize(x.data(), n, in);
+          QuantizedActs acts;  // in the row's blocks: 32, or a super-block's 256
+          acts.quantize(x.data(), n, in, nullptr, static_cast<int>(dtype_block(type)));
           RowQuants u(type, in), twin(type, in);
           unpack_row(shifted.data() + off, u);
           scalar::unpack_row(w.data(), twin);
-          ASSERT_EQ(std::memcmp(u.q.data(), twin.q.data(), in), 0);
-          ASSERT_EQ(std::memcmp(u.scale.data(), twin.scale.data(), in / 16 * 2), 0);
-          ASSERT_EQ(std::memcmp(u.min.data(), twin.min.data(), in / 16 * 2), 0);
-          ASSERT_EQ(std::memcmp(u.d.data(), twin.d.data(), in / 32 * 4), 0);
-          ASSERT_EQ(std::memcmp(u.m.data(), twin.m.data(), in / 32 * 4), 0);
+          ASSERT_EQ(std::memcmp(u.q, twin.q, in), 0);
+          ASSERT_EQ(std::memcmp(u.scale, twin.scale, in / 16 * 2), 0);
+          ASSERT_EQ(std::memcmp(u.min, twin.min, in / 16 * 2), 0);
+          ASSERT_EQ(std::memcmp(u.d, twin.d, in / 32 * 4), 0);
+          ASSERT_EQ(std::memcmp(u.m, twin.m, in / 32 * 4), 0);
           float got[n], want[n];
           row_dot(u, acts, 0, 4, got);
           row_dot(u, acts, 4, 1, got + 4);
@@ -442,7 +442,7 @@ TEST(IsaKernels, RowQuantDotsMatchScalarTwinAndDequantizedValues) {
           for (int t = 0; t < n; ++t) {
             double ref = 0, mag = 0;
             for (int i = 0; i < in; ++i) {
-              const double xv = acts.q[static_cast<size_t>(t) * in + i] * static_cast<double>(acts.d[t * acts.nb + i / 32]);
+              const double xv = acts.q[static_cast<size_t>(t) * in + i] * static_cast<double>(acts.d[t * acts.nb + i / acts.block]);
               ref += wf[i] * xv;
               mag += std::fabs(wf[i] * xv);
             }

@@ -46,14 +46,14 @@ TEST(RowQuantLinear, MatchesItsWidenedMatrixAtEveryTokenCount) {
       std::vector<float> got(static_cast<size_t>(n) * out), want(got.size());
       l.forward(x.data(), n, got.data());
       wide.forward(x.data(), n, want.data());
-      QuantizedActs acts;
-      acts.quantize(x.data(), n, in);
+      QuantizedActs acts;  // as Linear quantizes them: in the row's blocks
+      acts.quantize(x.data(), n, in, nullptr, static_cast<int>(dtype_block(t)));
       for (int k = 0; k < n; ++k)
         for (int r = 0; r < out; ++r) {
           double bound = 0, mag = 0;
           for (int i = 0; i < in; ++i) {
             const double w = std::fabs(wide.w[static_cast<size_t>(r) * in + i]);
-            bound += w * acts.d[static_cast<size_t>(k) * acts.nb + i / 32] * 0.5;
+            bound += w * acts.d[static_cast<size_t>(k) * acts.nb + i / acts.block] * 0.5;
             mag += w * std::fabs(x[static_cast<size_t>(k) * in + i]);
           }
           ASSERT_LE(std::fabs(got[k * out + r] - want[k * out + r]), bound + 1e-5 * mag + 1e-5)

@@ -33,7 +33,10 @@ int run_plan(const PlanArgs& a) {
   std::map<std::string, size_t> by_type;  // the file's bytes by stored type
   if (!a.model.empty()) {
     c = load_model_config(a.model, &weights, &source_format);
-    by_type = stored_bytes_by_type(a.model);
+    try {  // a folder may hold a config alone, or a shard still downloading: then no breakdown
+      by_type = stored_bytes_by_type(a.model);
+    } catch (const KvlmError&) {
+    }
   } else {
     c = preset_config(a.preset);
     weights = synthetic_model_bytes(c);

@@ -202,12 +202,12 @@ void iq4_xs(const uint8_t* b, const BlockOut& u) {
 }
 
 const BlockCodec kCodecs[] = {
-    {DType::Q4_1, 32, 20, true, q4_1},     {DType::Q5_0, 32, 22, false, q5_0},
-    {DType::Q5_1, 32, 24, true, q5_1},     {DType::Q2_K, 256, 84, true, q2_k},
-    {DType::Q3_K, 256, 110, false, q3_k},  {DType::Q4_K, 256, 144, true, q4_k},
-    {DType::Q5_K, 256, 176, true, q5_k},   {DType::Q6_K, 256, 210, false, q6_k},
-    {DType::IQ4_NL, 32, 18, false, iq4_nl}, {DType::IQ4_XS, 256, 136, false, iq4_xs},
-    {DType::MXFP4, 32, 17, false, mxfp4},
+    {DType::Q4_1, 32, 20, true, true, q4_1},       {DType::Q5_0, 32, 22, false, false, q5_0},
+    {DType::Q5_1, 32, 24, true, true, q5_1},       {DType::Q2_K, 256, 84, true, true, q2_k},
+    {DType::Q3_K, 256, 110, false, false, q3_k},   {DType::Q4_K, 256, 144, true, true, q4_k},
+    {DType::Q5_K, 256, 176, true, true, q5_k},     {DType::Q6_K, 256, 210, false, false, q6_k},
+    {DType::IQ4_NL, 32, 18, false, false, iq4_nl}, {DType::IQ4_XS, 256, 136, false, false, iq4_xs},
+    {DType::MXFP4, 32, 17, false, false, mxfp4},
 };
 
 }  // namespace

@@ -37,6 +37,7 @@ struct BlockCodec {
   int values;      // per block: 32 or 256
   size_t bytes;    // per block, as stored
   bool has_min;    // whether m/min can be non-zero
+  bool unsigned_q; // whether every q is >= 0 (a dot needs no sign handling)
   void (*unpack)(const uint8_t* block, const BlockOut& out);
 };
 

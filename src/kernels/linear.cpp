@@ -87,9 +87,9 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
     });
     return;
   }
-  QuantizedActs& acts = ctx.quantized_acts();  // activations to Q8_0 once per call, as llama.cpp does
-  acts.quantize(x, n, in, &pool);
+  QuantizedActs& acts = ctx.quantized_acts();  // activations to int8 once per call, as llama.cpp does
   if (is_row_quant(fmt)) {  // rows as stored in the file: each unpacked once, then every token
+    acts.quantize(x, n, in, &pool, static_cast<int>(dtype_block(fmt)));
     const size_t row_bytes = dtype_row_bytes(fmt, in, "matrix row");
     run(out, [&](size_t r0, size_t r1) {
       RowQuants u(fmt, in);
@@ -105,6 +105,7 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
     });
     return;
   }
+  acts.quantize(x, n, in, &pool);
   const size_t gbytes = q_group_bytes(fmt, in / 32);
   const int groups = (out + kGroupRows - 1) / kGroupRows;
   // A tile of nt tokens from t0 x the rows from r0, plus the bias, into y.

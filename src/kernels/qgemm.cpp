@@ -171,24 +171,32 @@ void unpack_to_f32(DType f, const uint8_t* packed, int out, int in, float* w) {
     }
 }
 
-void QuantizedActs::quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool) {
+void QuantizedActs::quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool, int block_values) {
+  KVLM_CHECK((block_values == 32 || block_values == 256) && in_features % block_values == 0, "activation blocks of ",
+             block_values, " over ", in_features, " values");
   n = n_tokens;
   in = in_features;
-  nb = in / 32;
+  block = block_values;
+  nb = in / block;
   d.resize(static_cast<size_t>(n) * nb);
   q.resize(static_cast<size_t>(n) * in);
-  x8.resize(static_cast<size_t>(n) * nb);
+  x8.resize(block == 32 ? static_cast<size_t>(n) * nb : 0);
   s16.resize(static_cast<size_t>(n) * (in / 16));
   auto rows = [&](size_t t0, size_t t1) {
     for (size_t t = t0; t < t1; ++t) {
-      quantize_row_q8_0(x + t * in, in, d.data() + t * nb, q.data() + t * in);
-      for (size_t b = t * nb; b < (t + 1) * nb; ++b) {
-        int lo = 0, hi = 0;
-        for (int k = 0; k < 16; ++k) lo += q[b * 32 + k], hi += q[b * 32 + 16 + k];
-        s16[2 * b] = static_cast<int16_t>(lo);
-        s16[2 * b + 1] = static_cast<int16_t>(hi);
-        x8[b] = 8.0f * static_cast<float>(lo + hi);
+      int8_t* qt = q.data() + t * in;
+      if (block == 32)
+        quantize_row_q8_0(x + t * in, in, d.data() + t * nb, qt);
+      else
+        quantize_symmetric_i8(x + t * in, in, block, d.data() + t * nb, qt);
+      for (int k = 0; k < in / 16; ++k) {
+        int s = 0;
+        for (int i = 0; i < 16; ++i) s += qt[16 * k + i];
+        s16[t * (in / 16) + k] = static_cast<int16_t>(s);
       }
+      if (block == 32)
+        for (int b = 0; b < nb; ++b)
+          x8[t * nb + b] = 8.0f * static_cast<float>(s16[t * (in / 16) + 2 * b] + s16[t * (in / 16) + 2 * b + 1]);
     }
   };
   // A prefill's activations are megabytes: quantizing them on one thread showed in profiles.

@@ -39,15 +39,17 @@ Buffer<uint8_t> pack_gguf_blocks(DType f, const uint8_t* rows, int out, int in);
 // The f32 values packed weights stand for (as GGUF's dequantize gives them).
 void unpack_to_f32(DType f, const uint8_t* packed, int out, int in, float* w);
 
-// Activations quantized to Q8_0, one row per token.
+// Activations quantized to int8 with a scale per block, one row per token: Q8_0 (blocks of 32),
+// or, beside the 256-value super-block types, one scale per 256 as ggml's Q8_K has (so a
+// super-block's integer sums add up before any float).
 struct QuantizedActs {
-  int n = 0, in = 0, nb = 0;
+  int n = 0, in = 0, nb = 0, block = 32;
   Buffer<float> d;    // [n][nb] block scales
   Buffer<int8_t> q;   // [n][in]
-  Buffer<float> x8;   // [n][nb] 8 * sum of the block's quants (the Q4_0 offset term)
+  Buffer<float> x8;   // [n][nb] 8 * sum of the block's quants (the Q4_0 offset term; blocks of 32)
   Buffer<int16_t> s16;  // [n][in / 16] sums of each 16 quants (the row-quant types' min term)
-  // pool: where a large batch is split (default: the process pool).
-  void quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool = nullptr);
+  // pool: where a large batch is split (default: the process pool). block: 32 or 256.
+  void quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool = nullptr, int block_values = 32);
 };
 
 // out[t][i] = dot(row i of the group, token t0 + t), for nt <= 4 tokens.

@@ -3,11 +3,13 @@
 // sub-scales (a few KB, in L1) and multiplied against Q8_0-quantized activations, once per row
 // for every token of the call. Nothing is widened at load: memory is the file's.
 //
-// The dot is exact integer arithmetic per four values (q * xq summed, times the sixteen's scale),
-// accumulated in 8 float lanes (lane j: values 4j..4j+3 of each 32), one fused multiply-add per
-// lane and 32 values with d * dx; the min term (min * the sixteen's activation sum) likewise in 8
-// lanes by group. The lanes are summed in one fixed order. The scalar twin follows the same
-// lanes and order, so every kernel is bit-identical to it.
+// The activations come in blocks of the row's own (32 values, Q8_0; or a K-quant's 256, one scale
+// as ggml's Q8_K), so d, m and the activation scale are constant over a block. The dot is exact
+// integer arithmetic over a block (lane j: q * xq over values 4j..4j+3 of each 32, times the
+// sixteen's scale; the min term: min * each sixteen's activation sum), then one fused
+// multiply-add per lane and block with d * dx, in 8 float lanes (the min term's by block), summed
+// in one fixed order. The scalar twin follows the same lanes and order, so every kernel is
+// bit-identical to it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,20 +23,28 @@ namespace kvlm {
 // Whether t is a row-quant type (runs through this file).
 bool is_row_quant(DType t);
 
-// One row in the common form of kernels/ggml_blocks.h.
+// One row in the common form of kernels/ggml_blocks.h, in one allocation (a Linear makes one per
+// slice of rows it runs, dozens per decode step).
 struct RowQuants {
   DType type = DType::F32;
   int in = 0;
   bool has_min = false;
-  Buffer<int8_t> q;            // [in]
-  Buffer<int16_t> scale, min;  // [in / 16]
-  Buffer<float> d, m;          // [in / 32]
+  bool unsigned_q = false;     // every q >= 0
+  int block = 32;              // values per stored block: the activations' block too
+  int8_t* q;                   // [in]
+  int16_t *scale, *min;        // [in / 16]
+  float *d, *m;                // [in / 32]
   RowQuants(DType t, int in_features);
+  RowQuants(const RowQuants&) = delete;
+  RowQuants& operator=(const RowQuants&) = delete;
+
+ private:
+  Buffer<uint8_t> storage_;
 };
 
 // Unpacks a stored row of u.in values (u.in / block values blocks) into u.
 void unpack_row(const uint8_t* row, RowQuants& u);
-// out[t] = dot(row, token t0 + t) for t < nt <= 4.
+// out[t] = dot(row, token t0 + t) for t < nt <= 4; a.block must be u.block.
 void row_dot(const RowQuants& u, const QuantizedActs& a, int t0, int nt, float* out);
 
 namespace scalar {
