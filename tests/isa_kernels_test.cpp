@@ -409,7 +409,8 @@ TEST(IsaKernels, Bf16ProductsMatchScalarTwinBitForBitAndTheDecodedRows) {
 }
 
 TEST(IsaKernels, RowQuantDotsMatchScalarTwinAndDequantizedValues) {
-  for_each_simd_isa([] {
+  int stored_kernels = 0;
+  for_each_simd_isa([&] {
     for (DType type : test::kRowQuantTypes)
       for (int in : {96, 256, 512, 800, 2304})  // 96, 800: a last run of groups short of 8
         for (int off = 0; off < 3; ++off) {
@@ -435,6 +436,14 @@ TEST(IsaKernels, RowQuantDotsMatchScalarTwinAndDequantizedValues) {
           row_dot(u, acts, 4, 1, got + 4);
           scalar::row_dot(twin, acts, 0, n, want);
           ASSERT_EQ(std::memcmp(got, want, sizeof got), 0) << got[0] << " vs " << want[0];
+          // Straight from the stored row (decode's kernel, where the type has one): the same bits.
+          for (int t = 0; t < n; ++t) {
+            float stored;
+            if (row_dot_stored(type, shifted.data() + off, in, acts, t, &stored)) {
+              ++stored_kernels;
+              ASSERT_EQ(std::memcmp(&stored, &want[t], 4), 0) << "stored-row kernel, token " << t;
+            }
+          }
           // Against the values themselves (ggml's decoder, checked against the gguf package):
           // the only difference is the activations' Q8_0 rounding.
           std::vector<float> wf(in);
@@ -450,6 +459,9 @@ TEST(IsaKernels, RowQuantDotsMatchScalarTwinAndDequantizedValues) {
           }
         }
   });
+  if (static_cast<int>(active_isa()) >= static_cast<int>(Isa::Avx2)) {
+    EXPECT_GT(stored_kernels, 0);  // Q4_K's stored-row kernel ran
+  }
 }
 
 TEST(IsaKernels, StoredQ8RowsPackIntoTheSameGroupAsTheScalarTwin) {

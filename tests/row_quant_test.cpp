@@ -24,6 +24,15 @@ namespace {
 
 using test::randn;
 
+// Logits at every position of ids, from an empty cache.
+std::vector<float> all_logits(const Model& m, const std::vector<int>& ids) {
+  const int n = static_cast<int>(ids.size());
+  ContiguousKvCache kv(m.cfg, n);
+  std::vector<float> logits;
+  forward(m, kv, ids.data(), n, LogitsFor::All, logits);
+  return logits;
+}
+
 // The widened matrix's result, where the only difference allowed is the activations' Q8_0 rounding:
 // |error| <= sum_i |w_i| * (half a quantization step of x_i), plus float rounding.
 TEST(RowQuantLinear, MatchesItsWidenedMatrixAtEveryTokenCount) {
@@ -115,10 +124,7 @@ TEST(RowQuantFiles, RunAsStoredAndMatchTheirWidenedTwin) {
     EXPECT_LT(stored->weight_bytes(), wide->weight_bytes() / 4);
 
     const int n = static_cast<int>(ids.size()), V = stored->cfg.vocab_size;
-    std::vector<float> got, want;
-    ContiguousKvCache kv1(stored->cfg, n), kv2(wide->cfg, n);
-    forward(*stored, kv1, ids.data(), n, LogitsFor::All, got);
-    forward(*wide, kv2, ids.data(), n, LogitsFor::All, want);
+    const std::vector<float> got = all_logits(*stored, ids), want = all_logits(*wide, ids);
     float top = 0;
     for (float v : want) top = std::max(top, std::fabs(v));
     const float err = test::max_abs_diff(got, want);
@@ -182,10 +188,7 @@ TEST(RowQuantFiles, RealSmolLM2Q4_1RunsAsStoredAndAnswers) {
   auto wide = load_model(path, "f32");
   std::vector<int> ids = tok->encode_prompt("Once upon a time, in a small village by the sea, there lived an old fisherman who");
   const int n = static_cast<int>(ids.size()), V = m->cfg.vocab_size;
-  std::vector<float> got, want;
-  ContiguousKvCache kv1(m->cfg, n), kv2(wide->cfg, n);
-  forward(*m, kv1, ids.data(), n, LogitsFor::All, got);
-  forward(*wide, kv2, ids.data(), n, LogitsFor::All, want);
+  const std::vector<float> got = all_logits(*m, ids), want = all_logits(*wide, ids);
   int agree = 0;
   for (int p = 0; p < n; ++p) agree += Sampler::argmax(&got[p * V], V) == Sampler::argmax(&want[p * V], V);
   std::printf("[ measured ] SmolLM2-135M Q4_1 against itself widened: top-1 %d of %d, max-abs logit error %.3f\n", agree,

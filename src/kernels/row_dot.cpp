@@ -184,6 +184,14 @@ void unpack_row(const uint8_t* row, RowQuants& u) {
   scalar::unpack_row(row, u);
 }
 
+bool row_dot_stored(DType type, const uint8_t* row, int in, const QuantizedActs& a, int t, float* out) {
+#if KVLM_X86
+  if (isa_at_least(Isa::Avx2)) return row_dot_stored_avx2(type, row, in, a, t, out);
+#endif
+  (void)type, (void)row, (void)in, (void)a, (void)t, (void)out;
+  return false;
+}
+
 void row_dot(const RowQuants& u, const QuantizedActs& a, int t0, int nt, float* out) {
   KVLM_CHECK(nt >= 1 && nt <= 4 && a.in == u.in && a.block == u.block, "row_dot of ", nt, " tokens of ", a.in,
              " values in blocks of ", a.block, " on a row of ", u.in, " in blocks of ", u.block);
