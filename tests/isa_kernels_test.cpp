@@ -429,6 +429,7 @@ TEST(IsaKernels, RowQuantDotsMatchScalarTwinAndDequantizedValues) {
           ASSERT_EQ(std::memcmp(u.q, twin.q, in), 0);
           ASSERT_EQ(std::memcmp(u.scale, twin.scale, in / 16 * 2), 0);
           ASSERT_EQ(std::memcmp(u.min, twin.min, in / 16 * 2), 0);
+          ASSERT_EQ(std::memcmp(u.scale_lanes, twin.scale_lanes, in / 2 * 2), 0);
           ASSERT_EQ(std::memcmp(u.d, twin.d, in / 32 * 4), 0);
           ASSERT_EQ(std::memcmp(u.m, twin.m, in / 32 * 4), 0);
           float got[n], want[n];

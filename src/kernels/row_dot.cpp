@@ -35,10 +35,11 @@ RowQuants::RowQuants(DType t, int in_features) : type(t), in(in_features) {
   block = c.values;
   // Floats first (aligned as the buffer), then the int16s, then the int8 values.
   const size_t n32 = static_cast<size_t>(in) / 32, n16 = static_cast<size_t>(in) / 16;
-  storage_ = Buffer<uint8_t>(2 * n32 * sizeof(float) + 2 * n16 * sizeof(int16_t) + static_cast<size_t>(in));
+  storage_ = Buffer<uint8_t>(2 * n32 * sizeof(float) + (2 * n16 + 16 * n32) * sizeof(int16_t) + static_cast<size_t>(in));
   d = reinterpret_cast<float*>(storage_.data());
   m = d + n32;
-  scale = reinterpret_cast<int16_t*>(m + n32);
+  scale_lanes = reinterpret_cast<int16_t*>(m + n32);
+  scale = scale_lanes + 16 * n32;
   min = scale + n16;
   q = reinterpret_cast<int8_t*>(min + n16);
   // The 32-value types' sub-scales never change (a SIMD unpacker writes only q, d and m).
@@ -57,6 +58,8 @@ void unpack_row(const uint8_t* row, RowQuants& u) {
     c.unpack(row + static_cast<size_t>(b) * c.bytes,
              BlockOut{u.q + v, u.scale + v / 16, u.min + v / 16, u.d + v / 32, u.m + v / 32});
   }
+  for (int g = 0; g < u.in / 32; ++g)
+    for (int k = 0; k < 16; ++k) u.scale_lanes[16 * g + k] = u.scale[2 * g + k / 8];
 }
 
 void row_dot(const RowQuants& u, const QuantizedActs& a, int t0, int nt, float* out) {
@@ -124,7 +127,7 @@ __attribute__((target("avx2,fma"))) void row_dot_avx2(const RowQuants& u, const 
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.q + 32 * g));
       // Signed values: |w| as the unsigned operand, w's sign moved onto x.
       const __m256i aw = Unsigned ? w : _mm256_sign_epi8(w, w);
-      const __m256i sc = sixteen_scales(u.scale + 2 * g);
+      const __m256i sc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.scale_lanes + 16 * g));
       for (int t = 0; t < NT; ++t) {
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + 32 * g));
         // |w| * x pairs: at most 2 * 127 * 127, no saturation; then times the sixteen's scale.
@@ -166,6 +169,11 @@ __attribute__((target("avx2,fma"))) void row_dot_avx2(const RowQuants& u, const 
   }
 }
 
+__attribute__((target("avx2"))) void spread_scales_avx2(RowQuants& u) {
+  for (int g = 0; g < u.in / 32; ++g)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u.scale_lanes + 16 * g), sixteen_scales(u.scale + 2 * g));
+}
+
 using RowDotKernel = void (*)(const RowQuants&, const QuantizedActs&, int, float*);
 // By unsigned_q, then nt - 1.
 constexpr RowDotKernel kAvx2Kernels[2][4] = {
@@ -177,9 +185,7 @@ constexpr RowDotKernel kAvx2Kernels[2][4] = {
 
 void unpack_row(const uint8_t* row, RowQuants& u) {
 #if KVLM_X86
-  if (isa_at_least(Isa::Avx2)) {
-    if (unpack_row_avx2(row, u)) return;
-  }
+  if (isa_at_least(Isa::Avx2) && unpack_row_avx2(row, u)) return spread_scales_avx2(u);
 #endif
   scalar::unpack_row(row, u);
 }

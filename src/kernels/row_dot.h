@@ -33,6 +33,9 @@ struct RowQuants {
   int block = 32;              // values per stored block: the activations' block too
   int8_t* q;                   // [in]
   int16_t *scale, *min;        // [in / 16]
+  // Per 32 values, its two sixteens' scales spread over 16 int16 lanes (8 each): the SIMD dot's
+  // multiplier, laid out once per row instead of once per token.
+  int16_t* scale_lanes;        // [in / 2]
   float *d, *m;                // [in / 32]
   RowQuants(DType t, int in_features);
   RowQuants(const RowQuants&) = delete;
