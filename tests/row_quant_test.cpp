@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "engine/forward.h"
 #include "engine/generator.h"
@@ -92,7 +93,9 @@ TEST(RowQuantFiles, RunAsStoredAndMatchTheirWidenedTwin) {
   // Scales that give each type's weights a similar spread (about 0.05): its levels differ in range.
   const std::pair<DType, float> kTypes[] = {{DType::Q4_1, 0.006f}, {DType::Q5_0, 0.005f}, {DType::Q5_1, 0.003f},
                                             {DType::IQ4_NL, 0.0008f}, {DType::MXFP4, 0.0015f}};
-  for (auto [t, d_std] : kTypes) {
+  for (const auto& type_and_scale : kTypes) {
+    const DType t = type_and_scale.first;  // (clang 14 lambdas cannot capture structured bindings)
+    const float d_std = type_and_scale.second;
     SCOPED_TRACE(dtype_name(t));
     const std::string name = dtype_name(t);
     auto rewrite = [&](bool widened) {
