@@ -23,6 +23,15 @@
 // A pragma whose arguments are macros (a target pragma naming KVLM_AVX512_TARGET).
 #define KVLM_PRAGMA_STRING(x) _Pragma(#x)
 #define KVLM_PRAGMA(x) KVLM_PRAGMA_STRING(x)
+// Every function between KVLM_TARGET_BEGIN("avx2,fma") and KVLM_TARGET_END is compiled for that
+// target: GCC takes a target pragma, clang (the fuzz build) an attribute pragma.
+#if defined(__clang__)
+#define KVLM_TARGET_BEGIN(t) KVLM_PRAGMA(clang attribute push(__attribute__((target(t))), apply_to = function))
+#define KVLM_TARGET_END _Pragma("clang attribute pop")
+#else
+#define KVLM_TARGET_BEGIN(t) _Pragma("GCC push_options") KVLM_PRAGMA(GCC target(t))
+#define KVLM_TARGET_END _Pragma("GCC pop_options")
+#endif
 
 namespace kvlm {
 

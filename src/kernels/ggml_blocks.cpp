@@ -11,10 +11,6 @@ namespace kvlm {
 
 namespace {
 
-// IQ4_NL / IQ4_XS's non-linear levels, and MXFP4's (E2M1 values times 2: the scale is halved).
-constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-constexpr int8_t kFp4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
 uint32_t u32_at(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);

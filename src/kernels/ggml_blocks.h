@@ -41,6 +41,10 @@ struct BlockCodec {
   void (*unpack)(const uint8_t* block, const BlockOut& out);
 };
 
+// IQ4_NL / IQ4_XS's non-linear levels, and MXFP4's (E2M1 values times 2: its scale is halved).
+inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+inline constexpr int8_t kFp4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 // An E8M0 exponent (MXFP4's scale) as 2^(e - 128): half the scale it encodes, as ggml's
 // GGML_E8M0_TO_FP32_HALF (MXFP4's levels are doubled).
 inline float e8m0_half(uint8_t e) {

@@ -92,20 +92,16 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
     acts.quantize(x, n, in, &pool, static_cast<int>(dtype_block(fmt)));
     const size_t row_bytes = dtype_row_bytes(fmt, in, "matrix row");
     run(out, [&](size_t r0, size_t r1) {
-      if (n == 1) {  // decode: straight from the stored rows where a kernel does that
-        float dot;
-        if (row_dot_stored(fmt, packed.data() + r0 * row_bytes, in, acts, 0, &dot)) {
-          y[r0] = dot + (B ? B[r0] : 0.0f);
-          for (size_t r = r0 + 1; r < r1; ++r) {
-            row_dot_stored(fmt, packed.data() + r * row_bytes, in, acts, 0, &dot);
-            y[r] = dot + (B ? B[r] : 0.0f);
-          }
-          return;
-        }
-      }
+      // Decode: straight from the stored rows where a kernel does that (it does for every row or
+      // for none: the type and CPU decide).
+      float dot;
+      size_t r = r0;
+      for (; n == 1 && r < r1 && row_dot_stored(fmt, packed.data() + r * row_bytes, in, acts, 0, &dot); ++r)
+        y[r] = dot + (B ? B[r] : 0.0f);
+      if (r == r1) return;
       RowQuants u(fmt, in);
       float dots[4];
-      for (size_t r = r0; r < r1; ++r) {
+      for (; r < r1; ++r) {
         unpack_row(packed.data() + r * row_bytes, u);
         for (int t0 = 0; t0 < n; t0 += 4) {
           const int nt = std::min(4, n - t0);

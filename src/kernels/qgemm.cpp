@@ -253,36 +253,21 @@ constexpr size_t kPrefetchQ4 = 2048, kPrefetchQ8 = 1024;
 
 using GroupKernel = void (*)(DType, const uint8_t*, const QuantizedActs&, int, float[][kGroupRows]);
 
-// One body, two targets: GCC takes a target pragma, clang (the fuzz build) an attribute pragma.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+// One body, two targets.
+KVLM_TARGET_BEGIN("avx2,fma,f16c")
 namespace avx2 {
 #define KVLM_QGEMM_VNNI 0
 #include "kernels/qgemm_simd.inc"
 #undef KVLM_QGEMM_VNNI
 }  // namespace avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-KVLM_PRAGMA(clang attribute push(__attribute__((target(KVLM_AVX512_TARGET))), apply_to = function))
-#else
-#pragma GCC pop_options
-#pragma GCC push_options
-KVLM_PRAGMA(GCC target(KVLM_AVX512_TARGET))
-#endif
+KVLM_TARGET_END
+KVLM_TARGET_BEGIN(KVLM_AVX512_TARGET)
 namespace avx512 {
 #define KVLM_QGEMM_VNNI 1
 #include "kernels/qgemm_simd.inc"
 #undef KVLM_QGEMM_VNNI
 }  // namespace avx512
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KVLM_TARGET_END
 #endif  // KVLM_X86
 
 void qgemm_group(DType f, const uint8_t* group, const QuantizedActs& a, int t0, int nt, float out[][kGroupRows]) {

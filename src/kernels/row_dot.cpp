@@ -5,7 +5,6 @@
 #endif
 
 #include <cmath>
-#include <cstring>
 
 #include "core/cpu.h"
 #include "core/error.h"
@@ -15,9 +14,6 @@
 namespace kvlm {
 
 namespace {
-// The fixed order every version sums its 8 float lanes in: (0+4, 1+5, 2+6, 3+7), then (0+2) + (1+3).
-float sum_8_lanes(const float l[8]) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
-
 const BlockCodec& codec_of(DType t) {
   const BlockCodec* c = block_codec(t);
   KVLM_CHECK(c, dtype_name(t), " is not a row-quant type");
@@ -97,14 +93,6 @@ void row_dot(const RowQuants& u, const QuantizedActs& a, int t0, int nt, float* 
 #if KVLM_X86
 namespace {
 
-// Int16 lanes 0-7 take sixteen 2g's scale, 8-15 sixteen 2g + 1's (madd_epi16's other operand).
-__attribute__((target("avx2"))) inline __m256i sixteen_scales(const int16_t* s) {
-  int32_t pair;
-  std::memcpy(&pair, s, 4);
-  const __m128i v = _mm_unpacklo_epi16(_mm_cvtsi32_si128(pair), _mm_cvtsi32_si128(pair));
-  return _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(v), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-}
-
 template <int NT, bool Unsigned>
 __attribute__((target("avx2,fma"))) void row_dot_avx2(const RowQuants& u, const QuantizedActs& a, int t0, float* out) {
   const int8_t* xq[NT];
@@ -169,11 +157,6 @@ __attribute__((target("avx2,fma"))) void row_dot_avx2(const RowQuants& u, const 
   }
 }
 
-__attribute__((target("avx2"))) void spread_scales_avx2(RowQuants& u) {
-  for (int g = 0; g < u.in / 32; ++g)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u.scale_lanes + 16 * g), sixteen_scales(u.scale + 2 * g));
-}
-
 using RowDotKernel = void (*)(const RowQuants&, const QuantizedActs&, int, float*);
 // By unsigned_q, then nt - 1.
 constexpr RowDotKernel kAvx2Kernels[2][4] = {
@@ -185,7 +168,7 @@ constexpr RowDotKernel kAvx2Kernels[2][4] = {
 
 void unpack_row(const uint8_t* row, RowQuants& u) {
 #if KVLM_X86
-  if (isa_at_least(Isa::Avx2) && unpack_row_avx2(row, u)) return spread_scales_avx2(u);
+  if (isa_at_least(Isa::Avx2) && unpack_row_avx2(row, u)) return;
 #endif
   scalar::unpack_row(row, u);
 }

@@ -1,7 +1,8 @@
 // Matrices of the row-quant types (kernels/ggml_blocks.h: Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL,
 // IQ4_XS, MXFP4) run as the file stores them: a row is unpacked into int8 values with integer
-// sub-scales (a few KB, in L1) and multiplied against Q8_0-quantized activations, once per row
-// for every token of the call. Nothing is widened at load: memory is the file's.
+// sub-scales (a few KB, in L1) and multiplied against int8-quantized activations, once per row
+// for every token of the call (one token: straight from the stored row, where a kernel does
+// that). Nothing is widened at load: memory is the file's.
 //
 // The activations come in blocks of the row's own (32 values, Q8_0; or a K-quant's 256, one scale
 // as ggml's Q8_K), so d, m and the activation scale are constant over a block. The dot is exact

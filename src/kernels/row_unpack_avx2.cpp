@@ -6,30 +6,18 @@
 #include <cstring>
 
 #include "core/cpu.h"
-#include "core/half.h"
 #include "kernels/ggml_blocks.h"
 
 #if KVLM_X86
-#include <immintrin.h>
+#include "kernels/row_quant_avx2.h"
 
 namespace kvlm {
 
 namespace {
 
-// One target for every function here: GCC takes a target pragma, clang (the fuzz build) an
-// attribute pragma.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,f16c")
-#endif
+using namespace row_avx2;
 
-// Value j of 32 from byte j's low nibble (j < 16) or byte j - 16's high nibble.
-inline __m256i nibbles32(const uint8_t* qs) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), m4 = _mm_set1_epi8(0xF);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
-}
+KVLM_TARGET_BEGIN("avx2,fma,f16c")
 
 // 0x10 in byte j where bit j of the 32 bits at p is set (Q5_0 / Q5_1's fifth bits).
 inline __m256i fifth_bits(const uint8_t* p) {
@@ -41,21 +29,6 @@ inline __m256i fifth_bits(const uint8_t* p) {
   return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
-// Decode reads every row once, and the hardware prefetcher alone left it well under the memory's
-// bandwidth: each block asks for the bytes 4 KB ahead, one line at a time (a whole row asked for
-// at once stalled on the line fill buffers; 1 KB ahead was too close to hide the latency).
-constexpr size_t kPrefetchAhead = 4096;
-
-inline void store32(int8_t* q, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), v); }
-inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-// Byte-wise (v >> k) & mask: the 16-bit shift's spill from the neighbour byte is masked off.
-inline __m256i bits_at(__m256i v, int k, int mask) { return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(k)), _mm256_set1_epi8(static_cast<char>(mask))); }
-
-constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-constexpr int8_t kFp4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-// A 16-entry level table in both 128-bit lanes (shuffle_epi8 looks up within a lane).
-inline __m256i levels(const int8_t* t) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t))); }
-
 // The 32 values of one block of a 32-value type.
 template <DType T>
 __m256i block_values(const uint8_t* b) {
@@ -65,13 +38,6 @@ __m256i block_values(const uint8_t* b) {
   if constexpr (T == DType::Q5_1) return _mm256_or_si256(nibbles32(b + 8), fifth_bits(b + 4));
   if constexpr (T == DType::IQ4_NL) return _mm256_shuffle_epi8(levels(kIq4Levels), nibbles32(b + 2));
   if constexpr (T == DType::MXFP4) return _mm256_shuffle_epi8(levels(kFp4Levels), nibbles32(b + 1));
-}
-
-// The f16 value at p through F16C (the twin's f16_to_f32, exactly, in one instruction).
-inline float f16c_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
 }
 
 // Eight f16 values at p, p + stride, ... as floats (F16C: the twin's f16_to_f32, exactly).
@@ -101,7 +67,7 @@ void blocks_of_32(const uint8_t* row, RowQuants& u) {
     if constexpr (has_m) u.m[b] = -f16c_at(blk + 2);
   }
   for (b = 0; b < blocks; ++b) {
-    if (b % 4 == 0) _mm_prefetch(reinterpret_cast<const char*>(row + b * bytes + kPrefetchAhead), _MM_HINT_T0);
+    if (b % 4 == 0) prefetch_ahead(row + b * bytes, 1);
     store32(u.q + 32 * b, block_values<T>(row + b * bytes));
   }
 }
@@ -124,13 +90,9 @@ void q5_k(const uint8_t* b, int8_t* q) {
 void q6_k(const uint8_t* b, int8_t* q) {
   const __m256i k32 = _mm256_set1_epi8(32);
   for (int n = 0; n < 2; ++n) {
-    const __m256i l0 = load32(b + 64 * n), l1 = load32(b + 64 * n + 32), h = load32(b + 128 + 32 * n);
-    int8_t* o = q + 128 * n;
-    // The high bit pairs are masked before moving up, so nothing crosses into a neighbour byte.
-    store32(o, _mm256_sub_epi8(_mm256_or_si256(bits_at(l0, 0, 0xF), _mm256_slli_epi16(bits_at(h, 0, 3), 4)), k32));
-    store32(o + 32, _mm256_sub_epi8(_mm256_or_si256(bits_at(l1, 0, 0xF), _mm256_slli_epi16(bits_at(h, 2, 3), 4)), k32));
-    store32(o + 64, _mm256_sub_epi8(_mm256_or_si256(bits_at(l0, 4, 0xF), _mm256_slli_epi16(bits_at(h, 4, 3), 4)), k32));
-    store32(o + 96, _mm256_sub_epi8(_mm256_or_si256(bits_at(l1, 4, 0xF), _mm256_slli_epi16(bits_at(h, 6, 3), 4)), k32));
+    __m256i v[4];
+    q6k_values(b, n, v);
+    for (int k = 0; k < 4; ++k) store32(q + 128 * n + 32 * k, _mm256_sub_epi8(v[k], k32));
   }
 }
 void q2_k(const uint8_t* b, int8_t* q) {
@@ -163,19 +125,10 @@ inline void sixteen(__m128i bytes16_as_epi16_lo, __m128i hi, int16_t* out) {
 }
 inline void fill8(float* p, float v) { _mm256_storeu_ps(p, _mm256_set1_ps(v)); }
 
-// Q4_K / Q5_K's 12 bytes of 6-bit scales and mins, rearranged into 8 scale bytes and 8 min bytes
-// (the twin's k4_scale_min for all eight at once).
+// Q4_K / Q5_K's sub-block scales and mins, each for both its sixteens.
 inline void k4_scales(const uint8_t* p, int16_t* scale, int16_t* min) {
-  uint32_t u[4];
-  std::memcpy(u, p, 12);
-  const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-  u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
-  const uint32_t low_mins = u[1] & m6;
-  u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
-  u[2] = low_mins;
-  u[0] &= m6;
   uint8_t b[16];
-  std::memcpy(b, u, 16);  // scales 0-3, 4-7, mins 0-3, 4-7
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(b), k4_scales_and_mins(p));
   twice_each(b, scale);
   twice_each(b + 8, min);
 }
@@ -185,7 +138,7 @@ void super_blocks(const uint8_t* row, RowQuants& u) {
   const BlockCodec& c = *block_codec(u.type);
   for (int b = 0; b < u.in / 256; ++b) {
     const uint8_t* blk = row + b * c.bytes;
-    for (size_t o = 0; o < c.bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchAhead + o), _MM_HINT_T0);
+    prefetch_ahead(blk, c.bytes);
     int8_t* q = u.q + 256 * b;
     int16_t *scale = u.scale + 16 * b, *min = u.min + 16 * b;
     float *d = u.d + 8 * b, *m = u.m + 8 * b;
@@ -229,15 +182,12 @@ void super_blocks(const uint8_t* row, RowQuants& u) {
   }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+// The SIMD dot's per-group multipliers (RowQuants::scale_lanes), from the sub-scales.
+void spread_scales(RowQuants& u) {
+  for (int g = 0; g < u.in / 32; ++g) store32(u.scale_lanes + 16 * g, sixteen_scales(u.scale + 2 * g));
+}
 
-}  // namespace
-
-bool unpack_row_avx2(const uint8_t* row, RowQuants& u) {
+bool unpack(const uint8_t* row, RowQuants& u) {
   switch (u.type) {
     case DType::Q4_1: blocks_of_32<DType::Q4_1>(row, u); return true;
     case DType::Q5_0: blocks_of_32<DType::Q5_0>(row, u); return true;
@@ -252,6 +202,16 @@ bool unpack_row_avx2(const uint8_t* row, RowQuants& u) {
     case DType::IQ4_XS: super_blocks(row, u); return true;
     default: return false;
   }
+}
+
+KVLM_TARGET_END
+
+}  // namespace
+
+bool unpack_row_avx2(const uint8_t* row, RowQuants& u) {
+  if (!unpack(row, u)) return false;
+  spread_scales(u);
+  return true;
 }
 
 }  // namespace kvlm

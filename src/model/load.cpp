@@ -1,6 +1,7 @@
 // load_model: picks the reader by path (HF folder, GGUF, or llama2.c .bin) and binds the weights.
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -30,30 +31,31 @@ void Model::embed(int tok, float* out) const {
   dtype_traits(tok_emb_type).to_float(tok_emb_rows.data() + static_cast<size_t>(tok) * row, out, dim);
 }
 
-size_t Model::weight_bytes() const {
-  size_t n = pos_emb.size() + final_norm.size() + final_norm_bias.size();
-  size_t bytes = n * sizeof(float) + embedding_bytes() + lm_head.bytes();
+void Model::for_each_weight(const std::function<void(DType, size_t)>& f) const {
+  auto linear = [&](const Linear& l) {
+    f(l.fmt, l.bytes() - l.b.size() * sizeof(float));
+    f(DType::F32, l.b.size() * sizeof(float));
+  };
+  f(tok_emb_type, embedding_bytes());
+  f(DType::F32, (pos_emb.size() + final_norm.size() + final_norm_bias.size()) * sizeof(float));
+  linear(lm_head);
   for (const LayerWeights& L : layers) {
-    bytes += (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size()) * 4;
-    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) bytes += l->bytes();
+    f(DType::F32, (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size()) * 4);
+    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) linear(*l);
   }
+}
+
+size_t Model::weight_bytes() const {
+  size_t bytes = 0;
+  for_each_weight([&](DType, size_t n) { bytes += n; });
   return bytes;
 }
 
 std::map<std::string, size_t> Model::weight_bytes_by_type() const {
   std::map<std::string, size_t> by;
-  auto linear = [&](const Linear& l) {
-    if (l.out == 0) return;
-    by[dtype_name(l.fmt)] += l.bytes() - l.b.size() * sizeof(float);
-    by["f32"] += l.b.size() * sizeof(float);
-  };
-  by[dtype_name(tok_emb_type)] += embedding_bytes();
-  by["f32"] += (pos_emb.size() + final_norm.size() + final_norm_bias.size()) * sizeof(float);
-  linear(lm_head);
-  for (const LayerWeights& L : layers) {
-    by["f32"] += (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size()) * 4;
-    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) linear(*l);
-  }
+  for_each_weight([&](DType t, size_t n) {
+    if (n) by[dtype_name(t)] += n;
+  });
   return by;
 }
 

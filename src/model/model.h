@@ -2,6 +2,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,6 +48,8 @@ struct Model {
   size_t weight_bytes() const;
   // The same bytes by the type each matrix runs in ("q4_k" -> bytes; norms and biases as f32).
   std::map<std::string, size_t> weight_bytes_by_type() const;
+  // f(type, bytes) for every weight tensor as it is held (the two above are its sums).
+  void for_each_weight(const std::function<void(DType, size_t)>& f) const;
   size_t n_params() const;
   // Fills the RoPE table from cfg; call after the config is final.
   void init_rope();
