@@ -127,6 +127,33 @@ void BM_linear(benchmark::State& s) {
 BENCHMARK(BM_linear)->ArgsProduct({{0, 1, 2, 3}, {1, 64}})->UseRealTime();
 BENCHMARK(BM_linear)->ArgsProduct({{3, 4}, {512}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// A row-quant Linear (kernels/row_dot.h, row_tiles.h) at TinyLlama's FFN shapes: random blocks
+// (the values do not change the time), 1 token and 512 (prefill: tiles where the CPU has them).
+void BM_row_linear(benchmark::State& s) {
+  const DType f = static_cast<DType>(s.range(0));
+  const int n = static_cast<int>(s.range(1));
+  Linear l;
+  l.out = s.range(2) ? 2048 : 5632;
+  l.in = s.range(2) ? 5632 : 2048;
+  l.fmt = f;
+  l.packed.resize(dtype_row_bytes(f, l.in, "bench row") * l.out);
+  std::mt19937_64 rng(5);
+  for (auto& b : l.packed) b = static_cast<uint8_t>(rng());
+  auto x = randn(static_cast<size_t>(n) * l.in, 8);
+  std::vector<float> y(static_cast<size_t>(n) * l.out);
+  for (auto _ : s) l.forward(x.data(), n, y.data());
+  s.counters["GMAC/s"] = benchmark::Counter(1.0 * l.out * l.in * n, benchmark::Counter::kIsIterationInvariantRate,
+                                            benchmark::Counter::OneK::kIs1000);
+  s.SetLabel(dtype_name(f));
+}
+BENCHMARK(BM_row_linear)
+    ->ArgsProduct({{static_cast<int>(DType::Q4_K), static_cast<int>(DType::Q6_K), static_cast<int>(DType::Q3_K),
+                    static_cast<int>(DType::IQ4_XS)},
+                   {512},
+                   {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 // Every matrix of TinyLlama-1.1B's 22 layers (154, about 1 GB in Q8_0) against 1 to 8 tokens, as
 // one decode step's matmuls read them: from memory, each weight once. The weights' bytes are
 // constant (the speed of a pass does not depend on their values); the counter is the rate they

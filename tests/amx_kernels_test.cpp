@@ -17,6 +17,7 @@
 #include "kernels/linear.h"
 #include "kernels/qgemm.h"
 #include "kernels/qgemm_amx.h"
+#include "kernels/row_tiles.h"
 #include "test_support.h"
 
 namespace kvlm {
@@ -120,6 +121,66 @@ TEST(AmxKernels, QuantizedLayerGivesATokenTheSameValuesInAnyBatch) {
               ASSERT_EQ(y[static_cast<size_t>(t) * out + r], alone[static_cast<size_t>(t) * out + r])
                   << dtype_name(f) << " out " << out << " in " << in << " batch " << batch << " token " << t << " row " << r;
         }
+      }
+}
+
+// The row-quant types' tile multiply (kernels/row_tiles.h): the packed tiles equal the scalar
+// packer's byte for byte, the tile kernel equals the scalar twin bit for bit, and both equal the
+// dequantized values' dot but for the activations' rounding. Every type; 16 rows and a short
+// group; rows misaligned; a token at the activations' extremes; n not a multiple of 16.
+TEST(AmxKernels, RowQuantTilesEqualTheScalarTwinBitForBit) {
+  const bool amx = amx_or_say_skipped();  // without tiles: the scalar twin against the values
+  for (DType type : test::kRowQuantTypes)
+    for (int in : {96, 256, 800, 2304})
+      for (int rows : {16, 5}) {
+        const int block = static_cast<int>(dtype_block(type));
+        if (in % block != 0) continue;
+        SCOPED_TRACE(std::string(dtype_name(type)) + " in " + std::to_string(in) + " rows " + std::to_string(rows));
+        const size_t row_bytes = dtype_row_bytes(type, in, "test row");
+        auto w = test::random_row_quant(type, rows, in, in + rows);
+        std::vector<uint8_t> shifted(w.size() + 3);
+        std::copy(w.begin(), w.end(), shifted.begin() + 3);
+        const int n = 37;
+        auto x = randn(static_cast<size_t>(n) * in, 11 + in);
+        for (int i = 0; i < in; ++i) x[static_cast<size_t>(4) * in + i] = i % 2 ? 90.0f : -90.0f;  // +-127 throughout
+        QuantizedActs acts;
+        acts.quantize(x.data(), n, in, nullptr, block, kTileTokens);
+        ASSERT_EQ(acts.n_padded, 48);
+        std::vector<float> sums(static_cast<size_t>(acts.n_padded) * acts.nb);
+        if (block == 32) row_tile_act_sums(acts, sums.data());
+        RowQuants u(type, in);
+        RowTiles twin;
+        std::vector<float> want(static_cast<size_t>(acts.n_padded) * kTileRows);
+        {
+          IsaScope scalar_only(Isa::Scalar);
+          twin.pack(shifted.data() + 3, rows, row_bytes, u);
+          scalar::row_tile_multiply(twin, acts, sums.data(), want.data());
+        }
+        if (amx) {
+          RowTiles tiles;
+          tiles.pack(shifted.data() + 3, rows, row_bytes, u);
+          ASSERT_EQ(std::memcmp(tiles.q.data(), twin.q.data(), twin.q.size()), 0);
+          ASSERT_EQ(std::memcmp(tiles.sv.data(), twin.sv.data(), twin.sv.size() * 4), 0);
+          ASSERT_EQ(std::memcmp(tiles.mn.data(), twin.mn.data(), twin.mn.size() * 4), 0);
+          ASSERT_EQ(std::memcmp(tiles.mins.data(), twin.mins.data(), twin.mins.size() * 4), 0);
+          std::vector<float> got(want.size());
+          row_tile_multiply(tiles, acts, sums.data(), got.data());
+          for (size_t k = 0; k < got.size(); ++k)
+            ASSERT_EQ(std::memcmp(&got[k], &want[k], 4), 0) << "token " << k / kTileRows << " row " << k % kTileRows
+                                                            << ": " << got[k] << " vs " << want[k];
+        }
+        std::vector<float> wf(static_cast<size_t>(rows) * in);
+        dequantize(type, w.data(), wf.data(), wf.size());
+        for (int t = 0; t < acts.n_padded; ++t)
+          for (int r = 0; r < kTileRows; ++r) {
+            double ref = 0, mag = 0;
+            for (int i = 0; r < rows && i < in; ++i) {
+              const double xv = acts.q[static_cast<size_t>(t) * in + i] * static_cast<double>(acts.d[t * acts.nb + i / block]);
+              ref += wf[static_cast<size_t>(r) * in + i] * xv;
+              mag += std::fabs(wf[static_cast<size_t>(r) * in + i] * xv);
+            }
+            ASSERT_NEAR(want[static_cast<size_t>(t) * kTileRows + r], ref, 1e-5 * mag + 1e-6) << "token " << t << " row " << r;
+          }
       }
 }
 

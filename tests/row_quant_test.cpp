@@ -70,13 +70,17 @@ TEST(RowQuantLinear, MatchesItsWidenedMatrixAtEveryTokenCount) {
               << "n " << n << " token " << k << " row " << r;
         }
     }
-    // A token's outputs do not depend on the tokens that came with it (the 1-4 token kernels sum
-    // alike): the same token alone and inside a batch of 20.
+    // A token's outputs do not depend on the tokens that came with it, within each path: alone
+    // and in a batch of 3 (the 1-4 token kernels sum alike); at 13 in a batch of 20 and at 9 in
+    // one of 16 (the tile multiply, where the CPU has it, sums every 16 tokens alike).
     auto x = randn(static_cast<size_t>(20) * in, 7);
-    std::vector<float> batch(20 * out), alone(out);
+    std::vector<float> batch(20 * out), batch16(16 * out), three(3 * out), alone(out);
     l.forward(x.data(), 20, batch.data());
+    l.forward(x.data() + 4 * in, 16, batch16.data());
+    l.forward(x.data() + 11 * in, 3, three.data());
     l.forward(x.data() + 13 * in, 1, alone.data());
-    EXPECT_EQ(std::memcmp(alone.data(), batch.data() + 13 * out, out * 4), 0);
+    EXPECT_EQ(std::memcmp(alone.data(), three.data() + 2 * out, out * 4), 0);
+    EXPECT_EQ(std::memcmp(batch16.data() + 9 * out, batch.data() + 13 * out, out * 4), 0);
   }
 }
 

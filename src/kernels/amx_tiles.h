@@ -18,7 +18,7 @@
 // (GCC takes a target pragma, clang an attribute pragma). GCC's 512-bit conversions start from
 // an undefined vector that -Wmaybe-uninitialized reports once inlined; nothing is read
 // uninitialized (as attention_avx512.cpp).
-#define KVLM_AMX_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8"
+#define KVLM_AMX_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,amx-tile,amx-int8"
 #if defined(__clang__)
 #define KVLM_AMX_TARGET_BEGIN KVLM_PRAGMA(clang attribute push(__attribute__((target(KVLM_AMX_TARGET))), apply_to = function))
 #define KVLM_AMX_TARGET_END _Pragma("clang attribute pop")

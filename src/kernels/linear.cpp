@@ -19,6 +19,7 @@
 #include "kernels/qgemm.h"
 #include "kernels/qgemm_amx.h"
 #include "kernels/row_dot.h"
+#include "kernels/row_tiles.h"
 
 namespace kvlm {
 
@@ -88,6 +89,31 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
     return;
   }
   QuantizedActs& acts = ctx.quantized_acts();  // activations to int8 once per call, as llama.cpp does
+  if (is_row_quant(fmt) && n >= kTileTokens && row_tiles_usable()) {
+    // Prefill: 16 rows unpacked once into tiles, then every 16 tokens (the last ones padded).
+    acts.quantize(x, n, in, &pool, static_cast<int>(dtype_block(fmt)), kTileTokens);
+    if (acts.block == 32) {  // the 32-value types' min term
+      acts.sub_sums.resize(static_cast<size_t>(acts.n_padded) * acts.nb);
+      row_tile_act_sums(acts, acts.sub_sums.data());
+    }
+    const size_t row_bytes = dtype_row_bytes(fmt, in, "matrix row");
+    run((out + kTileRows - 1) / kTileRows, [&](size_t p0, size_t p1) {
+      RowQuants u(fmt, in);
+      RowTiles tiles;
+      Buffer<float> dots(static_cast<size_t>(acts.n_padded) * kTileRows);
+      for (size_t p = p0; p < p1; ++p) {
+        const size_t r0 = p * kTileRows;
+        const int rows = std::min(kTileRows, out - static_cast<int>(r0));
+        tiles.pack(packed.data() + r0 * row_bytes, rows, row_bytes, u);
+        row_tile_multiply(tiles, acts, acts.sub_sums.data(), dots.data());
+        for (int t = 0; t < n; ++t)
+          for (int i = 0; i < rows; ++i)
+            y[static_cast<size_t>(t) * out + r0 + i] = dots[static_cast<size_t>(t) * kTileRows + i] + (B ? B[r0 + i] : 0.0f);
+      }
+      row_tiles_release();
+    });
+    return;
+  }
   if (is_row_quant(fmt)) {  // rows as stored in the file: each unpacked once, then every token
     acts.quantize(x, n, in, &pool, static_cast<int>(dtype_block(fmt)));
     const size_t row_bytes = dtype_row_bytes(fmt, in, "matrix row");

@@ -171,17 +171,28 @@ void unpack_to_f32(DType f, const uint8_t* packed, int out, int in, float* w) {
     }
 }
 
-void QuantizedActs::quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool, int block_values) {
+void QuantizedActs::quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool, int block_values,
+                             int pad_tokens) {
   KVLM_CHECK((block_values == 32 || block_values == 256) && in_features % block_values == 0, "activation blocks of ",
              block_values, " over ", in_features, " values");
+  KVLM_CHECK(pad_tokens >= 1, "token padding of ", pad_tokens);
   n = n_tokens;
   in = in_features;
   block = block_values;
   nb = in / block;
-  d.resize(static_cast<size_t>(n) * nb);
-  q.resize(static_cast<size_t>(n) * in);
-  x8.resize(block == 32 ? static_cast<size_t>(n) * nb : 0);
-  s16.resize(static_cast<size_t>(n) * (in / 16));
+  n_padded = (n + pad_tokens - 1) / pad_tokens * pad_tokens;
+  const size_t np = static_cast<size_t>(n_padded);
+  d.resize(np * nb);
+  q.resize(np * in);
+  x8.resize(block == 32 ? np * nb : 0);
+  s16.resize(np * (in / 16));
+  if (n_padded > n) {
+    const size_t n0 = static_cast<size_t>(n);
+    std::fill(d.data() + n0 * nb, d.data() + np * nb, 0.0f);
+    std::fill(q.data() + n0 * in, q.data() + np * in, int8_t{0});
+    if (block == 32) std::fill(x8.data() + n0 * nb, x8.data() + np * nb, 0.0f);
+    std::fill(s16.data() + n0 * (in / 16), s16.data() + np * (in / 16), int16_t{0});
+  }
   auto rows = [&](size_t t0, size_t t1) {
     for (size_t t = t0; t < t1; ++t) {
       int8_t* qt = q.data() + t * in;

@@ -44,12 +44,17 @@ void unpack_to_f32(DType f, const uint8_t* packed, int out, int in, float* w);
 // super-block's integer sums add up before any float).
 struct QuantizedActs {
   int n = 0, in = 0, nb = 0, block = 32;
+  int n_padded = 0;   // tokens the buffers hold: n, or n rounded up to the padding asked for
   Buffer<float> d;    // [n][nb] block scales
   Buffer<int8_t> q;   // [n][in]
   Buffer<float> x8;   // [n][nb] 8 * sum of the block's quants (the Q4_0 offset term; blocks of 32)
   Buffer<int16_t> s16;  // [n][in / 16] sums of each 16 quants (the row-quant types' min term)
+  Buffer<float> sub_sums;  // scratch for the row tiles' min term (kernels/row_tiles.h)
   // pool: where a large batch is split (default: the process pool). block: 32 or 256.
-  void quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool = nullptr, int block_values = 32);
+  // pad_tokens: the buffers hold n rounded up to a multiple of it, the extra tokens zero (so a
+  // 16-token tile multiply may run over the last tokens).
+  void quantize(const float* x, int n_tokens, int in_features, ThreadPool* pool = nullptr, int block_values = 32,
+                int pad_tokens = 1);
 };
 
 // out[t][i] = dot(row i of the group, token t0 + t), for nt <= 4 tokens.
