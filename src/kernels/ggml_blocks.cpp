@@ -9,6 +9,19 @@
 
 namespace kvlm {
 
+void q3k_scales(const uint8_t* block, int16_t scale[16]) {
+  uint32_t aux[4];
+  std::memcpy(aux, block + 96, 12);
+  const uint32_t tmp = aux[2], k2 = 0x0f0f0f0f, k1 = 0x03030303;
+  aux[2] = ((aux[0] >> 4) & k2) | (((tmp >> 4) & k1) << 4);
+  aux[3] = ((aux[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4);
+  aux[0] = (aux[0] & k2) | (((tmp >> 0) & k1) << 4);
+  aux[1] = (aux[1] & k2) | (((tmp >> 2) & k1) << 4);
+  uint8_t sc[16];
+  std::memcpy(sc, aux, 16);
+  for (int s = 0; s < 16; ++s) scale[s] = static_cast<int16_t>(sc[s] - 32);
+}
+
 namespace {
 
 uint32_t u32_at(const uint8_t* p) {
@@ -167,19 +180,8 @@ void q3_k(const uint8_t* b, const BlockOut& u) {
         u.q[128 * n + 32 * j + l] = static_cast<int8_t>(low - ((hmask[l] >> bit) & 1 ? 0 : 4));
       }
     }
-  uint32_t aux[4];
-  std::memcpy(aux, b + 96, 12);
-  const uint32_t tmp = aux[2], k2 = 0x0f0f0f0f, k1 = 0x03030303;
-  aux[2] = ((aux[0] >> 4) & k2) | (((tmp >> 4) & k1) << 4);
-  aux[3] = ((aux[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4);
-  aux[0] = (aux[0] & k2) | (((tmp >> 0) & k1) << 4);
-  aux[1] = (aux[1] & k2) | (((tmp >> 2) & k1) << 4);
-  uint8_t sc[16];
-  std::memcpy(sc, aux, 16);
-  for (int s = 0; s < 16; ++s) {
-    u.scale[s] = static_cast<int16_t>(sc[s] - 32);
-    u.min[s] = 0;
-  }
+  q3k_scales(b, u.scale);
+  for (int s = 0; s < 16; ++s) u.min[s] = 0;
   super_scales(u, f16_at(b + 108), 0.0f);
 }
 

@@ -54,6 +54,9 @@ inline float e8m0_half(uint8_t e) {
   return f;
 }
 
+// A Q3_K block's sixteen 6-bit sub-scales (12 packed bytes at offset 96), less their offset of 32.
+void q3k_scales(const uint8_t* block, int16_t scale[16]);
+
 // The codec of a row-quant type; null for every other type.
 const BlockCodec* block_codec(DType t);
 // Widens n values (whole blocks) of a row-quant type to f32, ggml's values bit for bit.

@@ -2,8 +2,12 @@
 // row-quant type (Q4_1 ... Q6_K, IQ4_NL, IQ4_XS, MXFP4). Q8_0 and Q4_0 are repacked at load into
 // groups of 8 interleaved rows (kernels/qgemm.h); the row-quant types run as the file stores
 // them (kernels/row_dot.h);
-// activations are quantized to Q8_0 per call (as llama.cpp does) and multiplied in int8: on AMX
-// tiles where the CPU has them and 16 or more tokens come at once (kernels/qgemm_amx.h).
+// activations are quantized to int8 per call (as llama.cpp does) and multiplied in int8: on AMX
+// tiles where the CPU has them and 16 or more tokens come at once (kernels/qgemm_amx.h, and for
+// the row-quant types kernels/row_tiles.h, 16 rows unpacked once per call).
+// A token's outputs are the same in any batch for Q8_0 / Q4_0. For the row-quant types they are
+// the same in any batch that takes the same path (1-15 tokens, or 16 and more on tiles); the
+// two paths differ by float rounding, as their activations' blocks and sums do.
 #pragma once
 #include <cstddef>
 #include <cstdint>

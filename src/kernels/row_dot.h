@@ -52,7 +52,7 @@ void unpack_row(const uint8_t* row, RowQuants& u);
 void row_dot(const RowQuants& u, const QuantizedActs& a, int t0, int nt, float* out);
 
 // out = dot(the stored row, token t of a) without unpacking, where a kernel for the type and CPU
-// exists (Q4_K, Q5_K, Q6_K, IQ4_XS with AVX2); false otherwise. The same bits as unpack_row + row_dot.
+// exists (Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS with AVX2); false otherwise. The same bits as unpack_row + row_dot.
 bool row_dot_stored(DType type, const uint8_t* row, int in, const QuantizedActs& a, int t, float* out);
 
 namespace scalar {

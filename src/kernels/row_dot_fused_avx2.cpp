@@ -1,4 +1,4 @@
-// One token's dot straight from a stored Q4_K, Q5_K, Q6_K or IQ4_XS row (decode's case): the
+// One token's dot straight from a stored Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS row (decode's case): the
 // values, sub-scales and mins stay in registers instead of passing through the unpacked row. The
 // integers are the unpacked path's and are summed into the same lanes, so the result is its
 // scalar twin's bit for bit.
@@ -123,6 +123,36 @@ float q6_k(const uint8_t* row, int in, const QuantizedActs& a, int t) {
   return sum_lanes(acc);
 }
 
+// Q3_K: the values kept unsigned (0..7: two bits, plus 4 where the high bit is set) and 4 * x
+// comes off each pair, as (q - 4) * x, the unpacker's signed value.
+float q3_k(const uint8_t* row, int in, const QuantizedActs& a, int t) {
+  const int8_t* xq = a.q.data() + static_cast<size_t>(t) * a.in;
+  const float* xd = a.d.data() + static_cast<size_t>(t) * a.nb;
+  const __m256i k4 = _mm256_set1_epi8(4);
+  __m256 acc = _mm256_setzero_ps();
+  for (int sb = 0; sb < in / 256; ++sb) {
+    const uint8_t* b = row + static_cast<size_t>(sb) * 110;
+    prefetch_ahead(b, 110);
+    alignas(32) int16_t sc[16];
+    q3k_scales(b, sc);
+    const __m256i hm = load32(b);
+    const int8_t* x = xq + static_cast<size_t>(sb) * 256;
+    __m256i isum = _mm256_setzero_si256();
+    for (int n = 0; n < 2; ++n) {
+      const __m256i v = load32(b + 32 + 32 * n);
+      for (int j = 0; j < 4; ++j) {
+        const int g = 4 * n + j;
+        const __m256i q = _mm256_or_si256(bits_at(v, 2 * j, 3), _mm256_slli_epi16(bits_at(hm, g, 1), 2));
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * g));
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(k4, xv));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sixteen_scales(sc + 2 * g)));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16c_at(b + 108) * xd[sb]), acc);
+  }
+  return sum_lanes(acc);
+}
+
 KVLM_TARGET_END
 
 }  // namespace
@@ -133,6 +163,7 @@ bool row_dot_stored_avx2(DType type, const uint8_t* row, int in, const Quantized
     case DType::Q4_K: *out = k4_row<false>(row, in, a, t); return true;
     case DType::Q5_K: *out = k4_row<true>(row, in, a, t); return true;
     case DType::Q6_K: *out = q6_k(row, in, a, t); return true;
+    case DType::Q3_K: *out = q3_k(row, in, a, t); return true;
     case DType::IQ4_XS: *out = iq4_xs(row, in, a, t); return true;
     default: return false;
   }
