@@ -7,7 +7,7 @@
 // the row-quant types kernels/row_tiles.h, 16 rows unpacked once per call).
 // A token's outputs are the same in any batch for Q8_0 / Q4_0. For the row-quant types they are
 // the same in any batch that takes the same path (1-15 tokens, or 16 and more on tiles); the
-// two paths differ by float rounding, as their activations' blocks and sums do.
+// two paths add their float terms in different orders, so they differ by rounding.
 #pragma once
 #include <cstddef>
 #include <cstdint>
