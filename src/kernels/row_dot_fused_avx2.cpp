@@ -94,63 +94,48 @@ float iq4_xs(const uint8_t* row, int in, const QuantizedActs& a, int t) {
   return sum_lanes(acc);
 }
 
-// Q6_K: the six-bit values stay unsigned (0..63) and 32 * x comes off each pair, as (q - 32) * x.
-float q6_k(const uint8_t* row, int in, const QuantizedActs& a, int t) {
+// Q6_K's and Q3_K's values kept unsigned (stored + Offset: 0..63, 0..7) and Offset * x taken off
+// each pair, as (q - Offset) * x, the unpacker's signed value. Per super-block of Bytes, its f16
+// scale at DAt; Scales gives the sixteen sub-scales, Values half n's four groups of 32.
+template <int Offset, size_t Bytes, size_t DAt, void (*Scales)(const uint8_t*, int16_t*),
+          void (*Values)(const uint8_t*, int, __m256i*)>
+float offset_row(const uint8_t* row, int in, const QuantizedActs& a, int t) {
   const int8_t* xq = a.q.data() + static_cast<size_t>(t) * a.in;
   const float* xd = a.d.data() + static_cast<size_t>(t) * a.nb;
-  const __m256i k32 = _mm256_set1_epi8(32);
+  const __m256i offset = _mm256_set1_epi8(Offset);
   __m256 acc = _mm256_setzero_ps();
   for (int sb = 0; sb < in / 256; ++sb) {
-    const uint8_t* b = row + static_cast<size_t>(sb) * 210;
-    prefetch_ahead(b, 210);
+    const uint8_t* b = row + static_cast<size_t>(sb) * Bytes;
+    prefetch_ahead(b, Bytes);
     alignas(32) int16_t sc[16];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(sc),
-                       _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
+    Scales(b, sc);
     const int8_t* x = xq + static_cast<size_t>(sb) * 256;
     __m256i isum = _mm256_setzero_si256();
     for (int n = 0; n < 2; ++n) {
       __m256i q[4];
-      q6k_values(b, n, q);
+      Values(b, n, q);
       for (int k = 0; k < 4; ++k) {
         const int g = 4 * n + k;
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * g));
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], xv), _mm256_maddubs_epi16(k32, xv));
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], xv), _mm256_maddubs_epi16(offset, xv));
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sixteen_scales(sc + 2 * g)));
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16c_at(b + 208) * xd[sb]), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16c_at(b + DAt) * xd[sb]), acc);
   }
   return sum_lanes(acc);
 }
 
-// Q3_K: the values kept unsigned (0..7: two bits, plus 4 where the high bit is set) and 4 * x
-// comes off each pair, as (q - 4) * x, the unpacker's signed value.
-float q3_k(const uint8_t* row, int in, const QuantizedActs& a, int t) {
-  const int8_t* xq = a.q.data() + static_cast<size_t>(t) * a.in;
-  const float* xd = a.d.data() + static_cast<size_t>(t) * a.nb;
-  const __m256i k4 = _mm256_set1_epi8(4);
-  __m256 acc = _mm256_setzero_ps();
-  for (int sb = 0; sb < in / 256; ++sb) {
-    const uint8_t* b = row + static_cast<size_t>(sb) * 110;
-    prefetch_ahead(b, 110);
-    alignas(32) int16_t sc[16];
-    q3k_scales(b, sc);
-    const __m256i hm = load32(b);
-    const int8_t* x = xq + static_cast<size_t>(sb) * 256;
-    __m256i isum = _mm256_setzero_si256();
-    for (int n = 0; n < 2; ++n) {
-      const __m256i v = load32(b + 32 + 32 * n);
-      for (int j = 0; j < 4; ++j) {
-        const int g = 4 * n + j;
-        const __m256i q = _mm256_or_si256(bits_at(v, 2 * j, 3), _mm256_slli_epi16(bits_at(hm, g, 1), 2));
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * g));
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(k4, xv));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sixteen_scales(sc + 2 * g)));
-      }
-    }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16c_at(b + 108) * xd[sb]), acc);
-  }
-  return sum_lanes(acc);
+// Q6_K's sub-scales: 16 int8 at byte 192.
+void q6k_scales(const uint8_t* b, int16_t* sc) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(sc),
+                      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
+}
+
+// Q3_K's values of half n, unsigned: two bits, plus 4 where the high bit is set.
+void q3k_values(const uint8_t* b, int n, __m256i q[4]) {
+  const __m256i hm = load32(b), v = load32(b + 32 + 32 * n);
+  for (int j = 0; j < 4; ++j) q[j] = _mm256_or_si256(bits_at(v, 2 * j, 3), _mm256_slli_epi16(bits_at(hm, 4 * n + j, 1), 2));
 }
 
 KVLM_TARGET_END
@@ -162,8 +147,8 @@ bool row_dot_stored_avx2(DType type, const uint8_t* row, int in, const Quantized
   switch (type) {
     case DType::Q4_K: *out = k4_row<false>(row, in, a, t); return true;
     case DType::Q5_K: *out = k4_row<true>(row, in, a, t); return true;
-    case DType::Q6_K: *out = q6_k(row, in, a, t); return true;
-    case DType::Q3_K: *out = q3_k(row, in, a, t); return true;
+    case DType::Q6_K: *out = offset_row<32, 210, 208, q6k_scales, q6k_values>(row, in, a, t); return true;
+    case DType::Q3_K: *out = offset_row<4, 110, 108, q3k_scales, q3k_values>(row, in, a, t); return true;
     case DType::IQ4_XS: *out = iq4_xs(row, in, a, t); return true;
     default: return false;
   }
