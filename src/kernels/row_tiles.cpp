@@ -1,5 +1,6 @@
 #include "kernels/row_tiles.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -18,10 +19,10 @@ void row_tiles_release() {
 
 namespace {
 // Row i of the super-block layout: w = q * scale = 128 * hi + lo (lo in 0..127); value v goes to
-// quad v / 4 % 16 of the hi and lo tiles of its 64 values. A zero row where !real.
-void pack_super_row(const RowQuants& u, bool real, int i, int8_t* q) {
+// quad v / 4 % 16 of the hi and lo tiles of its 64 values.
+void pack_super_row(const RowQuants& u, int i, int8_t* q) {
   for (int v = 0; v < u.in; ++v) {
-    const int w = real ? u.q[v] * u.scale[v / 16] : 0;
+    const int w = u.q[v] * u.scale[v / 16];
     const size_t at = (static_cast<size_t>(v / 64) * 2 * 16 + v / 4 % 16) * kTileRows * 4 + i * 4 + v % 4;
     q[at] = static_cast<int8_t>(w >> 7);
     q[at + 16 * kTileRows * 4] = static_cast<int8_t>(w & 127);
@@ -40,40 +41,35 @@ void RowTiles::pack(const uint8_t* rows, int n_rows, size_t row_bytes, RowQuants
   sv.resize(static_cast<size_t>(nblk) * kTileRows);
   mn.resize(has_min ? static_cast<size_t>(nblk) * kTileRows : 0);
   mins.resize(has_min && block == 256 ? static_cast<size_t>(nblk) * 8 * kTileRows : 0);
-  for (int i = 0; i < kTileRows; ++i) {
-    const bool real = i < n_rows;
-    if (real) unpack_row(rows + static_cast<size_t>(i) * row_bytes, u);
+  if (n_rows < kTileRows) {  // the rows past the last: zero values and scales
+    std::fill(q.begin(), q.end(), int8_t{0});
+    std::fill(sv.begin(), sv.end(), 0.0f);
+    std::fill(mn.begin(), mn.end(), 0.0f);
+    std::fill(mins.begin(), mins.end(), 0);
+  }
+  for (int i = 0; i < n_rows; ++i) {
+    unpack_row(rows + static_cast<size_t>(i) * row_bytes, u);
     if (block == 32) {
       // Value v is quad v / 4 % 8 of block v / 32: its byte in the block's tile.
-      for (int g = 0; g < in / 4; ++g) {
-        int8_t* dst = &q[(static_cast<size_t>(g) * kTileRows + i) * 4];
-        if (real)
-          std::memcpy(dst, u.q + 4 * g, 4);
-        else
-          std::memset(dst, 0, 4);
-      }
+      for (int g = 0; g < in / 4; ++g) std::memcpy(&q[(static_cast<size_t>(g) * kTileRows + i) * 4], u.q + 4 * g, 4);
+    } else if (amx_usable()) {
+      pack_super_row_amx(u, i, q.data());
     } else {
-      if (real && amx_usable()) {
-        pack_super_row_amx(u, i, q.data());
-      } else {
-        pack_super_row(u, real, i, q.data());
-      }
+      pack_super_row(u, i, q.data());
     }
     for (int b = 0; b < nblk; ++b) {
       const size_t at = static_cast<size_t>(b) * kTileRows + i;
       const int v = b * block;  // the block's first value
-      sv[at] = real ? u.d[v / 32] : 0.0f;
+      sv[at] = u.d[v / 32];
       if (!has_min) continue;
       if (block == 32) {
-        mn[at] = real ? u.m[v / 32] * static_cast<float>(u.min[v / 16]) : 0.0f;
+        mn[at] = u.m[v / 32] * static_cast<float>(u.min[v / 16]);
         continue;
       }
-      mn[at] = real ? u.m[v / 32] : 0.0f;
-      for (int pair = 0; pair < 8; ++pair) {
-        const int16_t lo = real ? u.min[v / 16 + 2 * pair] : 0, hi = real ? u.min[v / 16 + 2 * pair + 1] : 0;
-        mins[(static_cast<size_t>(b) * 8 + pair) * kTileRows + i] =
-            static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) | (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
-      }
+      mn[at] = u.m[v / 32];
+      for (int pair = 0; pair < 8; ++pair)  // two int16 in one lane, as VNNI's pair products read them
+        mins[(static_cast<size_t>(b) * 8 + pair) * kTileRows + i] = static_cast<int32_t>(
+            static_cast<uint16_t>(u.min[v / 16 + 2 * pair]) | static_cast<uint32_t>(static_cast<uint16_t>(u.min[v / 16 + 2 * pair + 1])) << 16);
     }
   }
 }
