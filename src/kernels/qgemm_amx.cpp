@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "kernels/amx_tiles.h"
 
+#include <cstdint>
 #include <cstring>
 
 #if KVLM_AMX
@@ -18,6 +19,11 @@ bool amx_usable() { return KVLM_AMX && isa_at_least(Isa::Amx); }
 #if KVLM_AMX
 
 KVLM_AMX_TARGET_BEGIN
+#if !defined(__clang__)
+// Inlined into the templates, GCC reports the conversions' undefined start vector as plainly
+// uninitialized as well (see KVLM_AMX_TARGET_BEGIN); popped with the target.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 namespace {
 constexpr int kQuads = 8;                          // a block's 32 values as 8 quads: the B tile's rows
@@ -118,57 +124,114 @@ AmxGroupPair::~AmxGroupPair() {
 
 void AmxGroupPair::multiply(const QuantizedActs& a, int t0, float out[kAmxTokens][kAmxRows]) const {
   KVLM_CHECK(t0 >= 0 && t0 + kAmxTokens <= a.n && a.nb == nb_, "AMX token tile out of range");
+  amx_multiply_blocks(tiles_, scales_, nullptr, a, nullptr, t0, out);
+}
+
+namespace {
+// Prefetch distance in blocks: the tile loads read L2 otherwise, and the tile unit waits on them.
+constexpr int kAhead = 4;
+
+void prefetch_lines(const int8_t* p, int bytes) {
+  for (int l = 0; l < bytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + l), _MM_HINT_T0);
+}
+
+// Block b's multiply on tile set Set (b % 2).
+template <int Set>
+__attribute__((always_inline)) inline void multiply_block(const int8_t* xq, long stride, const int8_t* tile) {
+  prefetch_lines(tile + kAhead * kTileBytes, kTileBytes);
+  // A token row's 64-byte line holds two blocks: fetch each line once.
+  if ((reinterpret_cast<uintptr_t>(xq) & 63) < 32)
+    for (int t = 0; t < kAmxTokens; ++t) _mm_prefetch(reinterpret_cast<const char*>(xq + t * stride + 64), _MM_HINT_T0);
+  if constexpr (Set == 0) {
+    _tile_loadd(KVLM_TILE_A0, xq, stride);
+    _tile_loadd(KVLM_TILE_B0, tile, kQuadBytes);
+    _tile_zero(KVLM_TILE_C0);
+    _tile_dpbssd(KVLM_TILE_C0, KVLM_TILE_A0, KVLM_TILE_B0);
+  } else {
+    _tile_loadd(KVLM_TILE_A1, xq, stride);
+    _tile_loadd(KVLM_TILE_B1, tile, kQuadBytes);
+    _tile_zero(KVLM_TILE_C1);
+    _tile_dpbssd(KVLM_TILE_C1, KVLM_TILE_A1, KVLM_TILE_B1);
+  }
+}
+
+template <int Set>
+__attribute__((always_inline)) inline void store_block(int32_t (*sums)[kAmxRows]) {
+  if constexpr (Set == 0)
+    _tile_stored(KVLM_TILE_C0, sums, kAmxRows * 4);
+  else
+    _tile_stored(KVLM_TILE_C1, sums, kAmxRows * 4);
+}
+
+// As the scalar twins: (weight scale x token scale), one fused multiply-add of the sum, then the
+// min term's.
+template <bool HasMin>
+__attribute__((always_inline)) inline void scale_block(__m512 (&acc)[kAmxTokens], const int32_t (*sums)[kAmxRows],
+                                                       const float* scales, const float* mins, const float* dx,
+                                                       int dx_stride, const float* xs) {
+  const __m512 s = _mm512_loadu_ps(scales);
+#pragma GCC unroll 16
+  for (int t = 0; t < kAmxTokens; ++t)
+    acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(dx[t * dx_stride])),
+                             _mm512_cvtepi32_ps(_mm512_load_si512(sums[t])), acc[t]);
+  if constexpr (HasMin) {
+    const __m512 m = _mm512_loadu_ps(mins);
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_fnmadd_ps(m, _mm512_set1_ps(xs[t * dx_stride]), acc[t]);
+  }
+}
+
+template <bool HasMin>
+void multiply_blocks(const int8_t* tiles, const float* scales, const float* mins, const QuantizedActs& a,
+                     const float* act_sums, int t0, float out[kAmxTokens][kAmxRows]) {
+  use_tile_config(gemm_config());
   const int8_t* xq = a.q.data() + static_cast<size_t>(t0) * a.in;
   const float* xd = a.d.data() + static_cast<size_t>(t0) * a.nb;
+  const float* xs = HasMin ? act_sums + static_cast<size_t>(t0) * a.nb : nullptr;
   const long stride = a.in;
+  const int nb = a.nb;
   alignas(64) int32_t sums[2][kAmxTokens][kAmxRows];
   // GCC's tile loads name only their address as read: keep the B tiles' stores before them.
   asm volatile("" ::: "memory");
-  // Block b's multiply runs on tile set b % 2; its sums are stored to sums[b % 2] once block b + 1's
-  // multiply is under way, and scaled an iteration later still: a tile store holds up the loads
-  // after it until the multiply it waits on is done (orders measured in docs/benchmarks.md, 34).
-  auto multiply_block = [&](int b) {
-    const int8_t* tile = tiles_ + static_cast<size_t>(b) * kTileBytes;
-    if (b % 2 == 0) {
-      _tile_loadd(KVLM_TILE_A0, xq + 32 * b, stride);
-      _tile_loadd(KVLM_TILE_B0, tile, kQuadBytes);
-      _tile_zero(KVLM_TILE_C0);
-      _tile_dpbssd(KVLM_TILE_C0, KVLM_TILE_A0, KVLM_TILE_B0);
-    } else {
-      _tile_loadd(KVLM_TILE_A1, xq + 32 * b, stride);
-      _tile_loadd(KVLM_TILE_B1, tile, kQuadBytes);
-      _tile_zero(KVLM_TILE_C1);
-      _tile_dpbssd(KVLM_TILE_C1, KVLM_TILE_A1, KVLM_TILE_B1);
-    }
-  };
-  auto store_block = [&](int b) {
-    if (b % 2 == 0)
-      _tile_stored(KVLM_TILE_C0, sums[0], sizeof sums[0][0]);
-    else
-      _tile_stored(KVLM_TILE_C1, sums[1], sizeof sums[0][0]);
-  };
-  // The unroll pragmas keep the 16 sums in registers (GCC left the array in memory without them).
+  // The unroll pragmas and the always-inline helpers keep the 16 sums in registers.
   __m512 acc[kAmxTokens];
 #pragma GCC unroll 16
-  for (__m512& v : acc) v = _mm512_setzero_ps();
-  // As the scalar twin: (weight scale x token scale), then one fused multiply-add of the sum.
-  auto scale_block = [&](int b) {
-    const __m512 dw = _mm512_loadu_ps(scales_ + static_cast<size_t>(b) * kAmxRows);
-    const int32_t (*s)[kAmxRows] = sums[b % 2];
-#pragma GCC unroll 16
-    for (int t = 0; t < kAmxTokens; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xd[static_cast<size_t>(t) * a.nb + b])),
-                               _mm512_cvtepi32_ps(_mm512_load_si512(s[t])), acc[t]);
+  for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_setzero_ps();
+  auto scale = [&](int b, int set) __attribute__((always_inline)) {
+    scale_block<HasMin>(acc, sums[set], scales + static_cast<size_t>(b) * kAmxRows,
+                        HasMin ? mins + static_cast<size_t>(b) * kAmxRows : nullptr, xd + b, nb, HasMin ? xs + b : nullptr);
   };
-  multiply_block(0);
-  for (int b = 0; b < nb_; ++b) {
-    if (b + 1 < nb_) multiply_block(b + 1);  // the tiles work on the next block
-    store_block(b);
-    if (b > 0) scale_block(b - 1);  // sums stored an iteration ago: the store has landed
+  // Block b's multiply runs on tile set b % 2; its sums are stored once block b + 1's multiply is
+  // under way, and scaled a step later still: a tile store holds up the loads after it until the
+  // multiply it waits on is done (orders measured in docs/benchmarks.md, 34).
+  multiply_block<0>(xq, stride, tiles);
+  int b = 0;
+  for (; b + 2 <= nb; b += 2) {  // b on set 0, b + 1 on set 1
+    multiply_block<1>(xq + 32 * (b + 1), stride, tiles + (b + 1) * kTileBytes);
+    store_block<0>(sums[0]);
+    if (b > 0) scale(b - 1, 1);
+    if (b + 2 < nb) multiply_block<0>(xq + 32 * (b + 2), stride, tiles + (b + 2) * kTileBytes);
+    store_block<1>(sums[1]);
+    scale(b, 0);
   }
-  scale_block(nb_ - 1);
+  if (b < nb) {  // an odd count: the last on set 0, already multiplying
+    store_block<0>(sums[0]);
+    if (b > 0) scale(b - 1, 1);
+    scale(b, 0);
+  } else {
+    scale(b - 1, 1);
+  }
 #pragma GCC unroll 16
   for (int t = 0; t < kAmxTokens; ++t) _mm512_storeu_ps(out[t], acc[t]);
+}
+}  // namespace
+
+void amx_multiply_blocks(const int8_t* tiles, const float* scales, const float* mins, const QuantizedActs& a,
+                         const float* act_sums, int t0, float out[kAmxTokens][kAmxRows]) {
+  if (mins)
+    multiply_blocks<true>(tiles, scales, mins, a, act_sums, t0, out);
+  else
+    multiply_blocks<false>(tiles, scales, nullptr, a, nullptr, t0, out);
 }
 
 KVLM_AMX_TARGET_END
@@ -180,6 +243,10 @@ AmxGroupPair::AmxGroupPair(DType, const uint8_t*, int, int nb) : nb_(nb) {
 }
 AmxGroupPair::~AmxGroupPair() = default;
 void AmxGroupPair::multiply(const QuantizedActs&, int, float[kAmxTokens][kAmxRows]) const {}
+void amx_multiply_blocks(const int8_t*, const float*, const float*, const QuantizedActs&, const float*, int,
+                         float[kAmxTokens][kAmxRows]) {
+  KVLM_CHECK(false, "AMX tiles asked for on a build without them");
+}
 
 #endif
 

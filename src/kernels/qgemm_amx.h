@@ -45,4 +45,12 @@ class AmxGroupPair {
   float* scales_ = nullptr;  // [block][16 rows]: the rows' f32 scales (0 past the last group)
 };
 
+// The tile loop behind AmxGroupPair and the 32-value row-quant tiles (kernels/row_tiles.h): nb =
+// a.nb blocks of B tiles, [block][8 quads][16 rows][4 int8], with the rows' f32 scales
+// [block][16]; with mins (else null), the rows' min terms [block][16] against act_sums
+// [token][block]. For 16 tokens from t0, per block in order: out = fma(scale * dx, sum, out),
+// then out = fma(-min, act_sum, out). The caller checked amx_usable() and t0.
+void amx_multiply_blocks(const int8_t* tiles, const float* scales, const float* mins, const QuantizedActs& a,
+                         const float* act_sums, int t0, float out[kAmxTokens][kAmxRows]);
+
 }  // namespace kvlm

@@ -1,6 +1,7 @@
-// The row-quant tile multiply on AMX (kernels/row_tiles.h): one TDPBSSD per sub-block, on two
-// sets of tiles in turn so that one sub-block's multiply runs while the last one's sums are
-// scaled in AVX-512 registers (the order of kernels/qgemm_amx.cpp's Q8_0 loop).
+// The row-quant tile multiply on AMX (kernels/row_tiles.h). The super-block layout: four steps
+// of 64 values on two sets of tiles in turn, each step's loads ahead of its multiplies, and a
+// super-block's float step while the next one multiplies. The 32-value layout is Q8_0's: its
+// loop is kernels/qgemm_amx.h's amx_multiply_blocks.
 #include "kernels/row_tiles.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/amx_tiles.h"
+#include "kernels/qgemm_amx.h"
 
 #if KVLM_AMX
 #include <immintrin.h>
@@ -25,20 +27,9 @@ KVLM_AMX_TARGET_BEGIN
 #endif
 
 namespace {
-// Prefetch distance in blocks: the tile loads read L2 otherwise, and the tile unit waits on them.
-constexpr int kAhead = 4;
-
-// Two layouts (kernels/row_tiles.h), two sets of tile registers, by number (the intrinsics paste
-// the number into the instruction).
-//   32-value blocks, even blocks on the first set, odd ones on the second:
-#define KVLM_RT_A0 0  // 16 tokens x 32 int8
-#define KVLM_RT_B0 1  // 8 quads x (16 rows x 4 int8)
-#define KVLM_RT_C0 2  // 16 tokens x 16 rows of int32
-#define KVLM_RT_A1 3
-#define KVLM_RT_B1 4
-#define KVLM_RT_C1 5
-//   super-blocks, 64 values a step, even steps on the first set: one A and its hi and lo B tiles,
-//   summed into CH and CL over the super-block's four steps.
+// The tile registers, by number (the intrinsics paste the number into the instruction). 64
+// values a step, even steps on the first set: one A and its hi and lo B tiles, summed into CH
+// and CL over the super-block's four steps.
 #define KVLM_ST_A0 0   // 16 tokens x 64 int8
 #define KVLM_ST_H0 1   // 16 quads x (16 rows x 4 int8): the hi parts
 #define KVLM_ST_L0 2   // the lo parts
@@ -47,17 +38,6 @@ constexpr int kAhead = 4;
 #define KVLM_ST_L1 5
 #define KVLM_ST_CH 6   // 16 tokens x 16 rows of int32: sum of hi x xq
 #define KVLM_ST_CL 7   // sum of lo x xq
-
-const TileConfig& block32_config() {
-  static const TileConfig c = [] {
-    TileConfig t;
-    for (int a : {KVLM_RT_A0, KVLM_RT_A1}) t.set(a, kTileTokens, 32);
-    for (int b : {KVLM_RT_B0, KVLM_RT_B1}) t.set(b, 8, kTileRows * 4);
-    for (int x : {KVLM_RT_C0, KVLM_RT_C1}) t.set(x, kTileTokens, kTileRows * 4);
-    return t;
-  }();
-  return c;
-}
 
 const TileConfig& super_config() {
   static const TileConfig c = [] {
@@ -73,99 +53,6 @@ inline int32_t int16_pair(const int16_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;
-}
-
-void prefetch_lines(const int8_t* p, int bytes) {
-  for (int l = 0; l < bytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + l), _MM_HINT_T0);
-}
-
-// One 32-value block's multiply on tile set Set.
-template <int Set>
-__attribute__((always_inline)) inline void multiply_block(const int8_t* xq, long stride, const int8_t* tile) {
-  prefetch_lines(tile + kAhead * 32 * kTileRows, 32 * kTileRows);
-  // A token row's 64-byte line holds two blocks: fetch each line once.
-  if ((reinterpret_cast<uintptr_t>(xq) & 63) < 32)
-    for (int t = 0; t < kTileTokens; ++t) _mm_prefetch(reinterpret_cast<const char*>(xq + t * stride + 64), _MM_HINT_T0);
-  if constexpr (Set == 0) {
-    _tile_loadd(KVLM_RT_A0, xq, stride);
-    _tile_loadd(KVLM_RT_B0, tile, kTileRows * 4);
-    _tile_zero(KVLM_RT_C0);
-    _tile_dpbssd(KVLM_RT_C0, KVLM_RT_A0, KVLM_RT_B0);
-  } else {
-    _tile_loadd(KVLM_RT_A1, xq, stride);
-    _tile_loadd(KVLM_RT_B1, tile, kTileRows * 4);
-    _tile_zero(KVLM_RT_C1);
-    _tile_dpbssd(KVLM_RT_C1, KVLM_RT_A1, KVLM_RT_B1);
-  }
-}
-
-template <int Set>
-__attribute__((always_inline)) inline void store_block(int32_t (*sums)[kTileRows]) {
-  if constexpr (Set == 0)
-    _tile_stored(KVLM_RT_C0, sums, kTileRows * 4);
-  else
-    _tile_stored(KVLM_RT_C1, sums, kTileRows * 4);
-}
-
-// As the scalar twin: (d x dx), one fused multiply-add of the sum, then the min term's.
-template <bool HasMin>
-__attribute__((always_inline)) inline void scale_block(__m512 (&acc)[kTileTokens], const int32_t (*sums)[kTileRows],
-                                                       const float* sv, const float* mn, const float* dx, int dx_stride,
-                                                       const float* xs) {
-  const __m512 s = _mm512_loadu_ps(sv);
-#pragma GCC unroll 16
-  for (int t = 0; t < kTileTokens; ++t)
-    acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(dx[t * dx_stride])),
-                             _mm512_cvtepi32_ps(_mm512_load_si512(sums[t])), acc[t]);
-  if constexpr (HasMin) {
-    const __m512 m = _mm512_loadu_ps(mn);
-#pragma GCC unroll 16
-    for (int t = 0; t < kTileTokens; ++t) acc[t] = _mm512_fnmadd_ps(m, _mm512_set1_ps(xs[t * dx_stride]), acc[t]);
-  }
-}
-
-template <bool HasMin>
-void multiply_blocks32(const RowTiles& p, const QuantizedActs& a, const float* act_sums, int t0,
-                       float out[kTileTokens][kTileRows]) {
-  use_tile_config(block32_config());
-  const int8_t* xq = a.q.data() + static_cast<size_t>(t0) * a.in;
-  const float* xd = a.d.data() + static_cast<size_t>(t0) * a.nb;
-  const float* xs = HasMin ? act_sums + static_cast<size_t>(t0) * a.nb : nullptr;
-  const long stride = a.in;
-  const int nb = a.nb;
-  constexpr size_t kTileBytes = 32 * kTileRows;
-  const int8_t* tiles = p.q.data();
-  alignas(64) int32_t sums[2][kTileTokens][kTileRows];
-  asm volatile("" ::: "memory");  // GCC's tile loads name only their address as read
-  __m512 acc[kTileTokens];
-#pragma GCC unroll 16
-  for (int t = 0; t < kTileTokens; ++t) acc[t] = _mm512_setzero_ps();
-  auto scale = [&](int b, int set) __attribute__((always_inline)) {
-    scale_block<HasMin>(acc, sums[set], p.sv.data() + static_cast<size_t>(b) * kTileRows,
-                        HasMin ? p.mn.data() + static_cast<size_t>(b) * kTileRows : nullptr, xd + b, nb,
-                        HasMin ? xs + b : nullptr);
-  };
-  // Block b's multiply is under way while b - 1's sums are stored, and scaled a step later: a
-  // tile store holds up the loads after it until the multiply it waits on is done.
-  multiply_block<0>(xq, stride, tiles);
-  int b = 0;
-  for (; b + 2 <= nb; b += 2) {  // b on set 0, b + 1 on set 1
-    multiply_block<1>(xq + 32 * (b + 1), stride, tiles + (b + 1) * kTileBytes);
-    store_block<0>(sums[0]);
-    if (b > 0) scale(b - 1, 1);
-    if (b + 2 < nb) multiply_block<0>(xq + 32 * (b + 2), stride, tiles + (b + 2) * kTileBytes);
-    store_block<1>(sums[1]);
-    scale(b, 0);
-  }
-  if (b < nb) {  // an odd count: the last on set 0, already multiplying
-    store_block<0>(sums[0]);
-    if (b > 0) scale(b - 1, 1);
-    scale(b, 0);
-  } else {
-    scale(b - 1, 1);
-  }
-#pragma GCC unroll 16
-  for (int t = 0; t < kTileTokens; ++t) _mm512_storeu_ps(out[t], acc[t]);
 }
 
 // A step's tile loads on set Set: 64 values of 16 tokens (A, rows `stride` apart) and the hi and
@@ -310,10 +197,9 @@ void row_tile_multiply_amx(const RowTiles& p, const QuantizedActs& a, const floa
     p.has_min ? multiply_supers<true>(p, a, out) : multiply_supers<false>(p, a, out);
     return;
   }
-  for (int t0 = 0; t0 < a.n_padded; t0 += kTileTokens) {
-    auto* o = reinterpret_cast<float(*)[kTileRows]>(out + static_cast<size_t>(t0) * kTileRows);
-    p.has_min ? multiply_blocks32<true>(p, a, act_sums, t0, o) : multiply_blocks32<false>(p, a, act_sums, t0, o);
-  }
+  for (int t0 = 0; t0 < a.n_padded; t0 += kTileTokens)
+    amx_multiply_blocks(p.q.data(), p.sv.data(), p.has_min ? p.mn.data() : nullptr, a, act_sums, t0,
+                        reinterpret_cast<float(*)[kTileRows]>(out + static_cast<size_t>(t0) * kTileRows));
 }
 
 KVLM_AMX_TARGET_END
