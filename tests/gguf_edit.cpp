@@ -2,35 +2,12 @@
 
 #include <cstring>
 
+#include "io/gguf_write.h"
 #include "test_support.h"
 
 namespace kvlm::test {
 
 namespace {
-
-uint32_t ggml_type(DType t) {
-  switch (t) {
-    case DType::F32: return 0;
-    case DType::F16: return 1;
-    case DType::Q4_0: return 2;
-    case DType::Q8_0: return 8;
-    case DType::Q4_K: return 12;
-    case DType::Q6_K: return 14;
-    case DType::BF16: return 30;
-    case DType::Q4_1: return 3;
-    case DType::Q5_0: return 6;
-    case DType::Q5_1: return 7;
-    case DType::Q2_K: return 10;
-    case DType::Q3_K: return 11;
-    case DType::Q5_K: return 13;
-    case DType::IQ4_NL: return 20;
-    case DType::IQ4_XS: return 23;
-    case DType::MXFP4: return 39;
-    case DType::Int8:
-    case DType::Int4: break;  // KV-only codecs: no GGUF type
-  }
-  throw std::runtime_error("no GGUF type for this dtype");
-}
 
 struct Out {
   std::string b;
@@ -41,27 +18,6 @@ struct Out {
   void str(const std::string& s) {
     put<uint64_t>(s.size());
     b += s;
-  }
-  void scalar(GgufType t, const GgufValue& v) {
-    switch (t) {
-      case GgufType::U8: put<uint8_t>(static_cast<uint8_t>(v.as_int("u8"))); break;
-      case GgufType::I8: put<int8_t>(static_cast<int8_t>(v.as_int("i8"))); break;
-      case GgufType::U16: put<uint16_t>(static_cast<uint16_t>(v.as_int("u16"))); break;
-      case GgufType::I16: put<int16_t>(static_cast<int16_t>(v.as_int("i16"))); break;
-      case GgufType::U32: put<uint32_t>(static_cast<uint32_t>(v.as_int("u32"))); break;
-      case GgufType::I32: put<int32_t>(static_cast<int32_t>(v.as_int("i32"))); break;
-      case GgufType::U64: put<uint64_t>(static_cast<uint64_t>(v.as_int("u64"))); break;
-      case GgufType::I64: put<int64_t>(v.as_int("i64")); break;
-      case GgufType::F32: put<float>(static_cast<float>(v.as_float("f32"))); break;
-      case GgufType::F64: put<double>(v.as_float("f64")); break;
-      case GgufType::BOOL: put<uint8_t>(std::get<bool>(v.scalar) ? 1 : 0); break;
-      case GgufType::STRING: str(std::get<std::string>(v.scalar)); break;
-      case GgufType::ARRAY:
-        put<uint32_t>(static_cast<uint32_t>(v.elem_type));
-        put<uint64_t>(v.array.size());
-        for (const GgufValue& e : v.array) scalar(v.elem_type, e);
-        break;
-    }
   }
 };
 
@@ -98,7 +54,7 @@ std::string edit_gguf(const std::string& path, const std::string& out_name,
   for (const auto& [key, v] : meta) {
     o.str(key);
     o.put<uint32_t>(static_cast<uint32_t>(v.type));
-    o.scalar(v.type, v);
+    append_gguf_value(o.b, v);
   }
   uint64_t offset = 0;
   std::vector<uint64_t> offsets;
@@ -106,7 +62,7 @@ std::string edit_gguf(const std::string& path, const std::string& out_name,
     o.str(t.name);
     o.put<uint32_t>(static_cast<uint32_t>(t.shape.size()));
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) o.put<uint64_t>(static_cast<uint64_t>(*it));
-    o.put<uint32_t>(ggml_type(t.dtype));
+    o.put<uint32_t>(ggml_type_id(t.dtype));
     uint64_t at = t.force_offset >= 0 ? static_cast<uint64_t>(t.force_offset) : offset;
     o.put<uint64_t>(at);
     offsets.push_back(at);

@@ -25,14 +25,7 @@ namespace {
 
 using test::randn;
 
-// Logits at every position of ids, from an empty cache.
-std::vector<float> all_logits(const Model& m, const std::vector<int>& ids) {
-  const int n = static_cast<int>(ids.size());
-  ContiguousKvCache kv(m.cfg, n);
-  std::vector<float> logits;
-  forward(m, kv, ids.data(), n, LogitsFor::All, logits);
-  return logits;
-}
+using test::all_logits;
 
 // The widened matrix's result, where the only difference allowed is the activations' Q8_0 rounding:
 // |error| <= sum_i |w_i| * (half a quantization step of x_i), plus float rounding.

@@ -2,6 +2,9 @@
 
 #include "core/half.h"
 #include "engine/engine.h"
+#include "engine/forward.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -133,6 +136,14 @@ std::vector<int> generated(const Engine& e, int id) {
 void drain(Engine& e) {
   for (int guard = 0; e.has_work() && guard < 100000; ++guard) e.step();
   ASSERT_FALSE(e.has_work());
+}
+
+std::vector<float> all_logits(const Model& m, const std::vector<int>& ids) {
+  const int n = static_cast<int>(ids.size());
+  ContiguousKvCache kv(m.cfg, n);
+  std::vector<float> logits;
+  forward(m, kv, ids.data(), n, LogitsFor::All, logits);
+  return logits;
 }
 
 }  // namespace kvlm::test

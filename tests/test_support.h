@@ -28,6 +28,7 @@
 
 namespace kvlm {
 class Engine;
+struct Model;
 }
 
 namespace kvlm::test {
@@ -72,6 +73,9 @@ RunResult run_kvlm(const std::vector<std::string>& args);
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 // n standard-normal floats from a seeded generator.
 std::vector<float> randn(size_t n, uint64_t seed);
+
+// Logits [ids.size()][vocab] at every position of ids, from an empty cache, in one batch.
+std::vector<float> all_logits(const Model& m, const std::vector<int>& ids);
 
 // The tokens a sequence of the engine generated (after its prompt).
 std::vector<int> generated(const Engine& e, int id);

@@ -48,5 +48,6 @@ Runner add_kv_plan(CLI::App& app);
 Runner add_batch(CLI::App& app);
 Runner add_bench_serving(CLI::App& app);
 Runner add_serve(CLI::App& app);
+Runner add_quantize(CLI::App& app);
 
 }  // namespace kvlm::cli

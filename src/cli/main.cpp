@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "worker threads (default: physical cores)")->check(CLI::Range(1, 1024));
   std::vector<std::pair<CLI::App*, cli::Runner>> cmds;
   for (auto add : {cli::add_generate, cli::add_logits, cli::add_ppl, cli::add_bench, cli::add_kv_plan, cli::add_batch,
-                    cli::add_bench_serving, cli::add_serve}) {
+                    cli::add_bench_serving, cli::add_serve, cli::add_quantize}) {
     size_t before = app.get_subcommands([](CLI::App*) { return true; }).size();
     cli::Runner run = add(app);
     cmds.push_back({app.get_subcommands([](CLI::App*) { return true; })[before], run});

@@ -136,7 +136,16 @@ DType ggml_type(uint32_t t, const std::string& label, const std::string& name) {
   fail(label, ": tensor ", name, " has unknown ggml type ", t, " (supported: ", supported_ggml_types(), ")");
 }
 
+const GgmlTypeName& ggml_type_of(DType t) {
+  for (const GgmlTypeName& g : kGgmlTypes)
+    if (g.runs && g.type == t) return g;
+  fail("type ", dtype_name(t), " has no ggml type");
+}
+
 }  // namespace
+
+uint32_t ggml_type_id(DType t) { return ggml_type_of(t).id; }
+const char* ggml_type_name(DType t) { return ggml_type_of(t).name; }
 
 bool GgufValue::is_integer() const {
   return std::holds_alternative<int64_t>(scalar) || std::holds_alternative<uint64_t>(scalar);
@@ -193,6 +202,7 @@ std::unique_ptr<GgufFile> parse_gguf(const uint8_t* data, size_t size, const std
     if (t > static_cast<uint32_t>(GgufType::F64)) fail(label, ": metadata ", key, ": unknown value type ", t);
     if (g->meta.count(key)) fail(label, ": metadata key ", key, " appears twice");
     g->meta[key] = read_value(c, static_cast<GgufType>(t), key, label, false);
+    g->key_order.push_back(key);
   }
   if (g->has("general.alignment")) {
     int64_t a = g->get("general.alignment").as_int("general.alignment");
@@ -245,6 +255,7 @@ std::unique_ptr<GgufFile> parse_gguf(const uint8_t* data, size_t size, const std
       fail(label, ": tensor ", info.t.name, " [", info.offset, ", +", info.t.nbytes, ") lies outside the data (",
            data_size, " bytes)");
     info.t.data = data + data_start + info.offset;
+    g->tensor_order.push_back(info.t.name);
     g->tensors.add(std::move(info.t));
   }
   if (keep) g->tensors.add_file(std::move(keep));

@@ -36,7 +36,9 @@ struct GgufFile {
   uint32_t version = 0;
   uint64_t alignment = 32;
   std::map<std::string, GgufValue> meta;
+  std::vector<std::string> key_order;     // meta's keys as the file lists them
   TensorSource tensors;  // names as stored; shapes outermost first (GGUF dims reversed)
+  std::vector<std::string> tensor_order;  // tensor names as the file lists them
   std::string path;
 
   bool has(const std::string& key) const { return meta.count(key) != 0; }
@@ -48,5 +50,9 @@ std::unique_ptr<GgufFile> read_gguf(const std::string& path);
 std::unique_ptr<GgufFile> parse_gguf(const uint8_t* data, size_t size, const std::string& label,
                                      std::shared_ptr<MappedFile> keep = nullptr);
 bool looks_like_gguf(const std::string& path);
+// ggml's number for a type (ggml.h's enum ggml_type).
+uint32_t ggml_type_id(DType t);
+// ggml's name for a type ("Q4_K"), as llama.cpp prints it.
+const char* ggml_type_name(DType t);
 
 }  // namespace kvlm
