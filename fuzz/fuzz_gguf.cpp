@@ -1,11 +1,13 @@
-// libFuzzer target: GGUF metadata, tensor infos and data layout, then the model config,
-// tokenizer and (for small files) the bound model and one forward pass: a shape the loader's
-// checks let through would show up here as an out-of-bounds access under ASan.
+// libFuzzer target: GGUF metadata, tensor infos and data layout, the types `kvlm quantize` would
+// give each tensor in every file type, then the model config, tokenizer and (for small files) the
+// bound model and one forward pass: a shape the loader's checks let through would show up here as
+// an out-of-bounds access under ASan.
 #include "core/error.h"
 #include "engine/forward.h"
 #include "io/gguf.h"
 #include "kv/kv_cache.h"
 #include "model/gguf_model.h"
+#include "model/quant_mix.h"
 #include "tokenizer/gguf_vocab.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -13,6 +15,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto g = kvlm::parse_gguf(data, size, "fuzz.gguf");
     for (const auto& [name, t] : g->tensors.all())
       if (t.numel() < (1 << 20)) (void)kvlm::to_f32(t);
+    for (const kvlm::QuantFileType& ft : kvlm::quant_file_types()) {
+      try {
+        (void)kvlm::plan_quantization(*g, ft);
+      } catch (const kvlm::KvlmError&) {
+      }
+    }
     try {
       auto tok = kvlm::tokenizer_from_gguf(*g);
       (void)tok->encode("Hello world, <s> 123");

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/sha256.h"
+#include "gguf_edit.h"
 #include "io/gguf.h"
 #include "io/gguf_write.h"
 #include "kernels/dtype.h"
@@ -117,6 +118,20 @@ TEST(GgufQuantize, RefusesWhatItCannotDo) {
   }
   EXPECT_FALSE(std::filesystem::exists(again));
   std::filesystem::remove(out);
+  // NaN or Inf in a tensor is refused naming it (a block's scale would spread it), and no file is left
+  for (const float bad : {NAN, INFINITY}) {
+    const std::string poisoned = test::edit_gguf(dir + "gpt2-f32.gguf", "poisoned.gguf", [&](auto&, auto& tensors) {
+      for (auto& t : tensors)
+        if (t.name == "blk.1.ffn_up.weight") std::memcpy(t.bytes.data() + 4 * 300, &bad, 4);
+    });
+    try {
+      quantize_gguf_file(poisoned, out, parse_quant_file_type("Q4_K_M"));
+      FAIL() << "quantized a tensor holding " << bad;
+    } catch (const KvlmError& e) {
+      EXPECT_NE(std::string(e.what()).find("blk.1.ffn_up.weight row 1 holds"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
 }
 
 }  // namespace

@@ -72,11 +72,13 @@ def gguf_files():
         w.close()
 
 
-def gguf_row_quants():
+def gguf_row_quants(name="tiny_row_quants.gguf", bad_scales=False):
     """A llama block whose matrices are in every row-quant type (random bytes, sane f16 scales):
-    the fuzzer's mutations then reach each block layout (truncated super-blocks, NaN/Inf scales)."""
+    the fuzzer's mutations then reach each block layout. A variant starts it at a case it must
+    survive: every f16 scale Inf or NaN, tensor by tensor (bad_scales); fuzz/run.sh adds the file
+    cut inside its last super-block."""
     T = gguf.GGMLQuantizationType
-    w = gguf.GGUFWriter(path("gguf", "tiny_row_quants.gguf"), "llama")
+    w = gguf.GGUFWriter(path("gguf", name), "llama")
     d, vocab = 256, 262
     w.add_context_length(16)
     w.add_embedding_length(d)
@@ -93,11 +95,12 @@ def gguf_row_quants():
     scale_offsets = {T.Q4_1: (0, 2), T.Q5_0: (0,), T.Q5_1: (0, 2), T.Q2_K: (80, 82), T.Q3_K: (108,),
                      T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.IQ4_NL: (0,), T.IQ4_XS: (0,), T.MXFP4: ()}
 
-    def blocks(name, rows, cols, qt):
+    def blocks(name, rows, cols, qt):  # bad_scales: Inf or NaN as the name's length is even or odd
         per, nbytes = gguf.GGML_QUANT_SIZES[qt]
         b = rng.integers(0, 256, size=(rows * cols // per, nbytes), dtype=np.uint8)
         for off in scale_offsets[qt]:
-            b[:, off:off + 2] = rng.uniform(-0.02, 0.02, size=len(b)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+            d = rng.uniform(-0.02, 0.02, size=len(b)) if not bad_scales else np.full(len(b), [np.inf, np.nan][len(name) % 2])
+            b[:, off:off + 2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
         if qt == T.MXFP4:
             b[:, 0] = 120
         b = b.reshape(rows, -1)
@@ -153,6 +156,7 @@ if __name__ == "__main__":
     safetensors()
     gguf_files()
     gguf_row_quants()
+    gguf_row_quants("nan_inf_scales.gguf", bad_scales=True)
     configs()
     tokenizer_json()
     llama2c()

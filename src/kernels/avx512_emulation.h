@@ -80,6 +80,9 @@ KVLM_EMU __m512i mm512_and_si512(__m512i a, __m512i b) {
 KVLM_EMU __m512i mm512_or_si512(__m512i a, __m512i b) {
   return zip<uint64_t>(a, b, [](uint64_t x, uint64_t y) { return x | y; });
 }
+KVLM_EMU __m512i mm512_xor_si512(__m512i a, __m512i b) {
+  return zip<uint64_t>(a, b, [](uint64_t x, uint64_t y) { return x ^ y; });
+}
 KVLM_EMU __m512i mm512_sub_epi32(__m512i a, __m512i b) {
   return zip<uint32_t>(a, b, [](uint32_t x, uint32_t y) { return x - y; });
 }
@@ -172,6 +175,14 @@ KVLM_EMU V dpbusd(V src, V a, V b) {
 }
 KVLM_EMU __m512i mm512_dpbusd_epi32(__m512i src, __m512i a, __m512i b) { return dpbusd(src, a, b); }
 KVLM_EMU __m256i mm256_dpbusd_epi32(__m256i src, __m256i a, __m256i b) { return dpbusd(src, a, b); }
+// vpdpwssd: each int32 lane plus the two products of a's and b's signed int16 pairs, wrapping.
+KVLM_EMU __m512i mm512_dpwssd_epi32(__m512i src, __m512i a, __m512i b) {
+  auto s = lanes<uint32_t>(src);
+  auto x = lanes<int16_t>(a), y = lanes<int16_t>(b);
+  for (int i = 0; i < 16; ++i)
+    s.v[i] += static_cast<uint32_t>(static_cast<int32_t>(x.v[2 * i]) * y.v[2 * i] + static_cast<int32_t>(x.v[2 * i + 1]) * y.v[2 * i + 1]);
+  return vec<__m512i>(s);
+}
 
 // vdpbf16ps: per f32 lane, src plus the products of a's and b's bf16 pairs, the odd element's
 // first, each step one fused multiply-add with denormal inputs read as zero and a denormal result
@@ -377,6 +388,8 @@ KVLM_EMU __m512 mm512_broadcast_f32x8(__m256 a) {
 #undef _mm512_and_si512
 #undef _mm512_or_si512
 #undef _mm512_sub_epi32
+#undef _mm512_xor_si512
+#undef _mm512_dpwssd_epi32
 #undef _mm512_mullo_epi32
 #undef _mm512_mul_ps
 #undef _mm512_fmadd_ps
@@ -435,6 +448,8 @@ KVLM_EMU __m512 mm512_broadcast_f32x8(__m256 a) {
 #define _mm512_and_si512 kvlm::avx512_emulation::mm512_and_si512
 #define _mm512_or_si512 kvlm::avx512_emulation::mm512_or_si512
 #define _mm512_sub_epi32 kvlm::avx512_emulation::mm512_sub_epi32
+#define _mm512_xor_si512 kvlm::avx512_emulation::mm512_xor_si512
+#define _mm512_dpwssd_epi32 kvlm::avx512_emulation::mm512_dpwssd_epi32
 #define _mm512_mullo_epi32 kvlm::avx512_emulation::mm512_mullo_epi32
 #define _mm512_mul_ps kvlm::avx512_emulation::mm512_mul_ps
 #define _mm512_fmadd_ps kvlm::avx512_emulation::mm512_fmadd_ps

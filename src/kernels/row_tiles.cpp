@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/ggml_blocks.h"
@@ -11,7 +12,7 @@
 
 namespace kvlm {
 
-bool row_tiles_usable() { return amx_usable(); }
+bool row_tiles_usable() { return amx_usable() || isa_at_least(Isa::Avx512); }
 
 void row_tiles_release() {
   if (amx_usable()) release_tile_config();
@@ -139,6 +140,7 @@ void row_tile_multiply(const RowTiles& p, const QuantizedActs& a, const float* a
 void row_tile_multiply(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out) {
   check_multiply(p, a);
   if (amx_usable()) return row_tile_multiply_amx(p, a, act_sums, out);
+  if (isa_at_least(Isa::Avx512)) return row_tile_multiply_avx512(p, a, act_sums, out);
   scalar::row_tile_multiply(p, a, act_sums, out);
 }
 

@@ -15,7 +15,7 @@
 //   acc = fma(-(m * dx), sum over sixteens of min * sum(xq), acc).
 // The scalar twin follows the same order, so the tile kernel equals it bit for bit.
 //
-// The tile layout is what AMX's TDPBSSD reads (one quad of 16 rows is 64 bytes).
+// The tile layout is what AMX's TDPBSSD reads (one quad of 16 rows is 64 bytes, one zmm register).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,7 +30,8 @@ namespace kvlm {
 constexpr int kTileRows = 16;    // rows per packed tile group
 constexpr int kTileTokens = 16;  // tokens per multiply
 
-// Whether tile multiplies run on this thread now (AMX: amx_usable()).
+// Whether tile multiplies run on this thread now: on AMX, or on AVX-512 VNNI reading the same
+// layout a quad at a time (row_tiles_avx512.cpp).
 bool row_tiles_usable();
 // Gives this thread's tile state back once its multiplies are done (AMX's TILERELEASE).
 void row_tiles_release();
@@ -73,5 +74,7 @@ void pack_super_row_amx(const RowQuants& u, int i, int8_t* q);
 
 // The AMX kernel (the caller checked amx_usable()).
 void row_tile_multiply_amx(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out);
+// The AVX-512 VNNI kernel, for CPUs without AMX (the caller checked isa_at_least(Isa::Avx512)).
+void row_tile_multiply_avx512(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out);
 
 }  // namespace kvlm

@@ -1,6 +1,8 @@
 #include "model/quantize_file.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -39,7 +41,15 @@ GgufMeta output_meta(const GgufFile& g, const QuantFileType& ft) {
   return meta;
 }
 
-// Writes rows of `from` as `to`, a slab at a time, the rows of a slab split among the threads.
+// llama-quantize refuses a tensor holding NaN or Inf (its loader checks every row): a block's
+// scale would carry it into every value.
+void check_finite(const TensorInfo& t, const float* x, uint64_t n, uint64_t row) {
+  for (uint64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) fail(t.file, ": tensor ", t.name, " row ", row, " holds ", x[i], " at column ", i);
+}
+
+// Writes rows of `from` as `to`, a slab at a time, the rows of a slab split among the threads;
+// `to` == t.dtype copies them (after the same check).
 void convert_rows(const TensorInfo& t, DType to, std::ofstream& out) {
   const uint64_t per_row = static_cast<uint64_t>(t.shape.back());
   const uint64_t rows = static_cast<uint64_t>(t.numel()) / per_row;
@@ -52,9 +62,12 @@ void convert_rows(const TensorInfo& t, DType to, std::ofstream& out) {
     ThreadPool::global().parallel_for(static_cast<size_t>(n), [&](size_t a, size_t b) {
       for (size_t r = a; r < b; ++r) {
         float* x = f32.data() + r * per_row;
-        dequantize(t.dtype, t.data + (r0 + r) * in_row, x, per_row);
+        const uint8_t* src = t.data + (r0 + r) * in_row;
+        dequantize(t.dtype, src, x, per_row);
+        check_finite(t, x, per_row, r0 + r);
         uint8_t* y = bytes.data() + r * out_row;
-        if (can_quantize_blocks(to)) quantize_blocks(to, x, y, per_row);
+        if (to == t.dtype) std::memcpy(y, src, out_row);
+        else if (can_quantize_blocks(to)) quantize_blocks(to, x, y, per_row);
         else dtype_traits(to).from_float(x, y, per_row);
       }
     });
@@ -96,8 +109,7 @@ QuantizeReport quantize_gguf_file(const std::string& in, const std::string& out,
       p.tensor = i;
       p.name = &t.name;
       if (progress) progress(p);
-      if (t.to == info.dtype) f.write(reinterpret_cast<const char*>(info.data), static_cast<std::streamsize>(info.nbytes));
-      else convert_rows(info, t.to, f);
+      convert_rows(info, t.to, f);
       f.write(kZeros, static_cast<std::streamsize>(gguf_padding(gguf_data_bytes(specs[i]), align)));
       g->tensors.drop_pages(info);
       p.bytes_done += info.nbytes;
