@@ -131,13 +131,13 @@ TEST(AmxKernels, QuantizedLayerGivesATokenTheSameValuesInAnyBatch) {
 }
 
 // The row-quant types' tile multiply (kernels/row_tiles.h): the packed tiles equal the scalar
-// packer's byte for byte, the tile kernel and the AVX-512 one equal the scalar twin bit for bit, and all equal the
+// packer's byte for byte, the tile kernel and the AVX-512 and AVX2 ones equal the scalar twin bit for bit, and all equal the
 // dequantized values' dot but for the activations' rounding. Every type; 16 rows and a short
 // group; rows misaligned; a token at the activations' extremes; n not a multiple of 16.
 TEST(AmxKernels, RowQuantTilesEqualTheScalarTwinBitForBit) {
   const bool amx = amx_or_say_skipped();  // without tiles: the scalar twin against the values
-  const bool avx512 = isa_at_least(Isa::Avx512);
-  std::printf("[  ISA     ] %s the avx512 path of the row tiles\n", avx512 ? "testing" : "SKIPPED (this CPU lacks AVX-512)");
+  for (const Isa isa : {Isa::Avx512, Isa::Avx2})
+    std::printf("[  ISA     ] row tiles: %s the %s path\n", isa_at_least(isa) ? "testing" : "SKIPPED (this CPU lacks it)", isa_name(isa));
   for (DType type : test::kRowQuantTypes)
     for (int in : {96, 256, 800, 2304})
       for (int rows : {16, 5}) {
@@ -177,12 +177,14 @@ TEST(AmxKernels, RowQuantTilesEqualTheScalarTwinBitForBit) {
             ASSERT_EQ(std::memcmp(&got[k], &want[k], 4), 0) << "token " << k / kTileRows << " row " << k % kTileRows
                                                             << ": " << got[k] << " vs " << want[k];
         }
-        if (avx512) {  // the same layout a quad at a time, with the AMX tiles capped off
-          IsaScope no_tiles(Isa::Avx512);
+        // the same layout a quad at a time, with the AMX tiles (and AVX-512) capped off
+        for (const Isa isa : {Isa::Avx512, Isa::Avx2}) {
+          if (!isa_at_least(isa) || (isa == Isa::Avx2 && row_tiles_avx2_lift(type) < 0)) continue;
+          IsaScope no_tiles(isa);
           std::vector<float> got(want.size());
           row_tile_multiply(twin, acts, sums.data(), got.data());
           for (size_t k = 0; k < got.size(); ++k)
-            ASSERT_EQ(std::memcmp(&got[k], &want[k], 4), 0) << "avx512: token " << k / kTileRows << " row "
+            ASSERT_EQ(std::memcmp(&got[k], &want[k], 4), 0) << isa_name(isa) << ": token " << k / kTileRows << " row "
                                                             << k % kTileRows << ": " << got[k] << " vs " << want[k];
         }
         std::vector<float> wf(static_cast<size_t>(rows) * in);

@@ -89,7 +89,7 @@ void Linear::forward(const float* x, int n, float* y, Context& ctx) const {
     return;
   }
   QuantizedActs& acts = ctx.quantized_acts();  // activations to int8 once per call, as llama.cpp does
-  if (is_row_quant(fmt) && n >= kTileTokens && row_tiles_usable()) {
+  if (is_row_quant(fmt) && n >= kTileTokens && row_tiles_usable(fmt)) {
     // Prefill: 16 rows unpacked once into tiles, then every 16 tokens (the last ones padded).
     acts.quantize(x, n, in, &pool, static_cast<int>(dtype_block(fmt)), kTileTokens);
     if (acts.block == 32) {  // the 32-value types' min term

@@ -12,7 +12,9 @@
 
 namespace kvlm {
 
-bool row_tiles_usable() { return amx_usable() || isa_at_least(Isa::Avx512); }
+bool row_tiles_usable(DType t) {
+  return amx_usable() || isa_at_least(Isa::Avx512) || (isa_at_least(Isa::Avx2) && row_tiles_avx2_lift(t) >= 0);
+}
 
 void row_tiles_release() {
   if (amx_usable()) release_tile_config();
@@ -141,6 +143,7 @@ void row_tile_multiply(const RowTiles& p, const QuantizedActs& a, const float* a
   check_multiply(p, a);
   if (amx_usable()) return row_tile_multiply_amx(p, a, act_sums, out);
   if (isa_at_least(Isa::Avx512)) return row_tile_multiply_avx512(p, a, act_sums, out);
+  if (isa_at_least(Isa::Avx2) && row_tiles_avx2_lift(p.type) >= 0) return row_tile_multiply_avx2(p, a, act_sums, out);
   scalar::row_tile_multiply(p, a, act_sums, out);
 }
 

@@ -30,9 +30,9 @@ namespace kvlm {
 constexpr int kTileRows = 16;    // rows per packed tile group
 constexpr int kTileTokens = 16;  // tokens per multiply
 
-// Whether tile multiplies run on this thread now: on AMX, or on AVX-512 VNNI reading the same
-// layout a quad at a time (row_tiles_avx512.cpp).
-bool row_tiles_usable();
+// Whether tile multiplies of type t run on this thread now: on AMX, or reading the same layout a
+// quad at a time on AVX-512 VNNI (row_tiles_avx512.cpp) or AVX2 (row_tiles_avx2.cpp; not IQ4_NL).
+bool row_tiles_usable(DType t);
 // Gives this thread's tile state back once its multiplies are done (AMX's TILERELEASE).
 void row_tiles_release();
 
@@ -76,5 +76,10 @@ void pack_super_row_amx(const RowQuants& u, int i, int8_t* q);
 void row_tile_multiply_amx(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out);
 // The AVX-512 VNNI kernel, for CPUs without AMX (the caller checked isa_at_least(Isa::Avx512)).
 void row_tile_multiply_avx512(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out);
+// The AVX2 kernel (the caller checked isa_at_least(Isa::Avx2) and row_tiles_avx2_lift(p.type) >= 0).
+void row_tile_multiply_avx2(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out);
+// What the AVX2 kernel adds to a weight byte of type t so that its products cannot saturate; -1
+// where no lift can (IQ4_NL).
+int row_tiles_avx2_lift(DType t);
 
 }  // namespace kvlm
