@@ -131,7 +131,8 @@ TEST(AmxKernels, QuantizedLayerGivesATokenTheSameValuesInAnyBatch) {
 }
 
 // The row-quant types' tile multiply (kernels/row_tiles.h): the packed tiles equal the scalar
-// packer's byte for byte, the tile kernel and the AVX-512 and AVX2 ones equal the scalar twin bit for bit, and all equal the
+// packer's byte for byte (folded, and unfolded for AVX-512), the tile kernel and the AVX-512 and
+// AVX2 ones equal the scalar twin bit for bit, and all equal the
 // dequantized values' dot but for the activations' rounding. Every type; 16 rows and a short
 // group; rows misaligned; a token at the activations' extremes; n not a multiple of 16.
 TEST(AmxKernels, RowQuantTilesEqualTheScalarTwinBitForBit) {
@@ -157,32 +158,35 @@ TEST(AmxKernels, RowQuantTilesEqualTheScalarTwinBitForBit) {
         std::vector<float> sums(static_cast<size_t>(acts.n_padded) * acts.nb);
         if (block == 32) row_tile_act_sums(acts, sums.data());
         RowQuants u(type, in);
-        RowTiles twin;
+        RowTiles twin, twin_unfolded;
         std::vector<float> want(static_cast<size_t>(acts.n_padded) * kTileRows);
         {
           IsaScope scalar_only(Isa::Scalar);
-          twin.pack(shifted.data() + 3, rows, row_bytes, u);
+          twin.pack(shifted.data() + 3, rows, row_bytes, u, TileLayout::Folded);
           scalar::row_tile_multiply(twin, acts, sums.data(), want.data());
+          // the unfolded layout holds the same integers: the same sums, the same bits
+          twin_unfolded.pack(shifted.data() + 3, rows, row_bytes, u, TileLayout::Unfolded);
+          std::vector<float> again(want.size());
+          scalar::row_tile_multiply(twin_unfolded, acts, sums.data(), again.data());
+          ASSERT_EQ(std::memcmp(again.data(), want.data(), want.size() * 4), 0);
         }
-        if (amx) {
+        // each ISA packs its own tiles (the same bytes) and multiplies them: AMX, then the same
+        // layout a quad at a time with the tiles (and AVX-512) capped off
+        for (const Isa isa : {Isa::Amx, Isa::Avx512, Isa::Avx2}) {
+          if (isa == Isa::Amx ? !amx : !isa_at_least(isa)) continue;
+          IsaScope cap(isa);
           RowTiles tiles;
           tiles.pack(shifted.data() + 3, rows, row_bytes, u);
-          ASSERT_TRUE(same_bytes(tiles.q, twin.q));
-          ASSERT_TRUE(same_bytes(tiles.sv, twin.sv));
-          ASSERT_TRUE(same_bytes(tiles.mn, twin.mn));
-          ASSERT_TRUE(same_bytes(tiles.mins, twin.mins));  // empty for types without mins
+          const RowTiles& same = tiles.layout == TileLayout::Unfolded ? twin_unfolded : twin;
+          ASSERT_TRUE(same_bytes(tiles.q, same.q)) << isa_name(isa);
+          ASSERT_TRUE(same_bytes(tiles.sv, same.sv));
+          ASSERT_TRUE(same_bytes(tiles.mn, same.mn));
+          ASSERT_TRUE(same_bytes(tiles.mins, same.mins));  // empty for types without mins
+          ASSERT_TRUE(same_bytes(tiles.sub_scales, same.sub_scales));
+          ASSERT_TRUE(same_bytes(tiles.scale_pairs, same.scale_pairs));
+          if (isa == Isa::Avx2 && row_tiles_avx2_lift(type) < 0) continue;  // IQ4_NL: the generic path
           std::vector<float> got(want.size());
           row_tile_multiply(tiles, acts, sums.data(), got.data());
-          for (size_t k = 0; k < got.size(); ++k)
-            ASSERT_EQ(std::memcmp(&got[k], &want[k], 4), 0) << "token " << k / kTileRows << " row " << k % kTileRows
-                                                            << ": " << got[k] << " vs " << want[k];
-        }
-        // the same layout a quad at a time, with the AMX tiles (and AVX-512) capped off
-        for (const Isa isa : {Isa::Avx512, Isa::Avx2}) {
-          if (!isa_at_least(isa) || (isa == Isa::Avx2 && row_tiles_avx2_lift(type) < 0)) continue;
-          IsaScope no_tiles(isa);
-          std::vector<float> got(want.size());
-          row_tile_multiply(twin, acts, sums.data(), got.data());
           for (size_t k = 0; k < got.size(); ++k)
             ASSERT_EQ(std::memcmp(&got[k], &want[k], 4), 0) << isa_name(isa) << ": token " << k / kTileRows << " row "
                                                             << k % kTileRows << ": " << got[k] << " vs " << want[k];

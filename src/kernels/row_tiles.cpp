@@ -33,33 +33,57 @@ void pack_super_row(const RowQuants& u, int i, int8_t* q) {
 }
 }  // namespace
 
-void RowTiles::pack(const uint8_t* rows, int n_rows, size_t row_bytes, RowQuants& u) {
+TileLayout row_tiles_layout() {
+  return !amx_usable() && isa_at_least(Isa::Avx512) ? TileLayout::Unfolded : TileLayout::Folded;
+}
+
+namespace {
+// Values per sub-scale of a super-block type: Q4_K, Q5_K and IQ4_XS scale 32 values at a time.
+int sub_block_of(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::IQ4_XS ? 32 : 16; }
+}  // namespace
+
+void RowTiles::pack(const uint8_t* rows, int n_rows, size_t row_bytes, RowQuants& u, TileLayout how) {
   KVLM_CHECK(n_rows >= 1 && n_rows <= kTileRows, "packing ", n_rows, " rows into tiles of ", kTileRows);
   type = u.type;
   in = u.in;
   block = u.block;
   has_min = u.has_min;
+  layout = block == 256 ? how : TileLayout::Folded;
+  const bool folded = block == 256 && layout == TileLayout::Folded;
+  sub = sub_block_of(type);
+  lifted = block == 256 && !folded && !u.unsigned_q;
   const int nblk = in / block;
-  q.resize(static_cast<size_t>(in) * kTileRows * (block == 256 ? 2 : 1));
+  q.resize(static_cast<size_t>(in) * kTileRows * (folded ? 2 : 1));
   sv.resize(static_cast<size_t>(nblk) * kTileRows);
   mn.resize(has_min ? static_cast<size_t>(nblk) * kTileRows : 0);
   mins.resize(has_min && block == 256 ? static_cast<size_t>(nblk) * 8 * kTileRows : 0);
+  sub_scales.resize(block == 256 && !folded ? static_cast<size_t>(in / sub) * kTileRows : 0);
+  scale_pairs.resize(lifted ? static_cast<size_t>(in / sub / 2) * kTileRows : 0);
   if (n_rows < kTileRows) {  // the rows past the last: zero values and scales
     std::fill(q.begin(), q.end(), int8_t{0});
     std::fill(sv.begin(), sv.end(), 0.0f);
     std::fill(mn.begin(), mn.end(), 0.0f);
     std::fill(mins.begin(), mins.end(), 0);
+    std::fill(sub_scales.begin(), sub_scales.end(), 0);
+    std::fill(scale_pairs.begin(), scale_pairs.end(), 0);
   }
   for (int i = 0; i < n_rows; ++i) {
     unpack_row(rows + static_cast<size_t>(i) * row_bytes, u);
-    if (block == 32) {
-      // Value v is quad v / 4 % 8 of block v / 32: its byte in the block's tile.
+    if (!folded) {
+      // Value v is quad v / 4: its byte in the quad's 16 rows.
       for (int g = 0; g < in / 4; ++g) std::memcpy(&q[(static_cast<size_t>(g) * kTileRows + i) * 4], u.q + 4 * g, 4);
     } else if (amx_usable()) {
       pack_super_row_amx(u, i, q.data());
+    } else if (isa_at_least(Isa::Avx2)) {
+      pack_super_row_avx2(u, i, q.data());
     } else {
       pack_super_row(u, i, q.data());
     }
+    for (int k = 0; k < static_cast<int>(sub_scales.size()) / kTileRows; ++k)
+      sub_scales[static_cast<size_t>(k) * kTileRows + i] = u.scale[k * sub / 16];
+    for (int k = 0; k < static_cast<int>(scale_pairs.size()) / kTileRows; ++k)
+      scale_pairs[static_cast<size_t>(k) * kTileRows + i] = static_cast<int32_t>(
+          static_cast<uint16_t>(u.scale[2 * k * sub / 16]) | static_cast<uint32_t>(static_cast<uint16_t>(u.scale[(2 * k + 1) * sub / 16])) << 16);
     for (int b = 0; b < nblk; ++b) {
       const size_t at = static_cast<size_t>(b) * kTileRows + i;
       const int v = b * block;  // the block's first value
@@ -112,6 +136,8 @@ void row_tile_multiply(const RowTiles& p, const QuantizedActs& a, const float* a
           int w;
           if (p.block == 32) {
             w = p.q[(static_cast<size_t>(v / 4) * kTileRows + i) * 4 + v % 4];
+          } else if (p.layout == TileLayout::Unfolded) {
+            w = p.q[(static_cast<size_t>(v / 4) * kTileRows + i) * 4 + v % 4] * p.sub_scales[static_cast<size_t>(v / p.sub) * kTileRows + i];
           } else {
             const size_t at = (static_cast<size_t>(v / 64) * 2 * 16 + v / 4 % 16) * kTileRows * 4 + i * 4 + v % 4;
             w = 128 * p.q[at] + p.q[at + 16 * kTileRows * 4];
@@ -141,9 +167,10 @@ void row_tile_multiply(const RowTiles& p, const QuantizedActs& a, const float* a
 
 void row_tile_multiply(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out) {
   check_multiply(p, a);
-  if (amx_usable()) return row_tile_multiply_amx(p, a, act_sums, out);
+  const bool folded = p.block == 32 || p.layout == TileLayout::Folded;
+  if (folded && amx_usable()) return row_tile_multiply_amx(p, a, act_sums, out);
   if (isa_at_least(Isa::Avx512)) return row_tile_multiply_avx512(p, a, act_sums, out);
-  if (isa_at_least(Isa::Avx2) && row_tiles_avx2_lift(p.type) >= 0) return row_tile_multiply_avx2(p, a, act_sums, out);
+  if (folded && isa_at_least(Isa::Avx2) && row_tiles_avx2_lift(p.type) >= 0) return row_tile_multiply_avx2(p, a, act_sums, out);
   scalar::row_tile_multiply(p, a, act_sums, out);
 }
 

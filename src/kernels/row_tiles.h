@@ -36,6 +36,14 @@ bool row_tiles_usable(DType t);
 // Gives this thread's tile state back once its multiplies are done (AMX's TILERELEASE).
 void row_tiles_release();
 
+// How super-block rows are laid out: with each sub-scale folded into its values (split in hi and
+// lo bytes: two byte products per value, AMX's choice, where one tile multiply takes a whole
+// super-block), or unfolded (the values' bytes as they are, one product per value, and one int32
+// multiply by the sub-scale per 16 or 32 values: fewer instructions where a quad at a time is read).
+enum class TileLayout { Folded, Unfolded };
+// The layout the kernel this thread would run reads (AMX and AVX2: Folded; AVX-512: Unfolded).
+TileLayout row_tiles_layout();
+
 // Up to 16 rows of one matrix in the tile layout; rows past the last are zero. Reused from
 // group to group (the buffers keep their size).
 struct RowTiles {
@@ -43,16 +51,24 @@ struct RowTiles {
   int in = 0;
   int block = 32;  // the type's block: 32, or a super-block of 256
   bool has_min = false;
-  // 32: [in / 32][8 quads][16 rows][4]; 256: [in / 64][hi, lo][16 quads][16 rows][4]
+  TileLayout layout = TileLayout::Folded;  // (32-value blocks have one layout, as Folded)
+  // 32 and 256 unfolded: [in / 4 quads][16 rows][4] values;
+  // 256 folded: [in / 64][hi, lo][16 quads][16 rows][4]
   Buffer<int8_t> q;
   Buffer<float> sv;  // [in / block][16 rows]: d
   Buffer<float> mn;  // [in / block][16 rows]: 32: m * min; 256: m (empty without mins)
   // 256 with mins: [in / 256][8 pairs][16 rows], the mins of sixteens 2p and 2p + 1 as two int16
   Buffer<int32_t> mins;
+  // 256 unfolded: values per sub-scale (16 or 32), the sub-scales [in / sub][16 rows], and where
+  // the values are signed (read as q + 128 by unsigned-by-signed products) the sub-scales again
+  // in pairs [in / sub / 2][16 rows] as two int16, to take the 128 back out
+  int sub = 16;
+  bool lifted = false;
+  Buffer<int32_t> sub_scales, scale_pairs;
 
   // Packs n_rows <= 16 stored rows of `in` values, row r at rows + r * row_bytes; u unpacks
   // them (a RowQuants of the same type and size, reused).
-  void pack(const uint8_t* rows, int n_rows, size_t row_bytes, RowQuants& u);
+  void pack(const uint8_t* rows, int n_rows, size_t row_bytes, RowQuants& u, TileLayout layout = row_tiles_layout());
 };
 
 // Per token and 32-value block, dx * (the sum of its quantized values): the 32-value types' min
@@ -69,8 +85,9 @@ void row_tile_multiply(const RowTiles& p, const QuantizedActs& a, const float* a
 }  // namespace scalar
 
 // Row i of a super-block layout's hi and lo tiles from its unpacked values (AVX-512; the caller
-// checked amx_usable()).
+// checked amx_usable()), and the same on AVX2 (the caller checked isa_at_least(Isa::Avx2)).
 void pack_super_row_amx(const RowQuants& u, int i, int8_t* q);
+void pack_super_row_avx2(const RowQuants& u, int i, int8_t* q);
 
 // The AMX kernel (the caller checked amx_usable()).
 void row_tile_multiply_amx(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out);

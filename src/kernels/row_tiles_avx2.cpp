@@ -132,6 +132,29 @@ KVLM_AVX2 void multiply_blocks(const RowTiles& p, const QuantizedActs& a, const 
 
 }  // namespace
 
+KVLM_AVX2 void pack_super_row_avx2(const RowQuants& u, int i, int8_t* q) {
+  const __m256i seven_bits = _mm256_set1_epi16(127);
+  alignas(32) int8_t hi[64], lo[64];
+  for (int st = 0; st < u.in / 64; ++st) {
+    for (int h = 0; h < 2; ++h) {  // values 32h .. 32h + 31 of the step: sixteens 2h and 2h + 1
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.q + 64 * st + 32 * h));
+      const __m256i w0 = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(x)), _mm256_set1_epi16(u.scale[4 * st + 2 * h]));
+      const __m256i w1 = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1)), _mm256_set1_epi16(u.scale[4 * st + 2 * h + 1]));
+      // packs interleave the 128-bit lanes; the permute puts the 32 bytes back in order
+      const __m256i h8 = _mm256_permute4x64_epi64(_mm256_packs_epi16(_mm256_srai_epi16(w0, 7), _mm256_srai_epi16(w1, 7)), 0xD8);
+      const __m256i l8 = _mm256_permute4x64_epi64(
+          _mm256_packus_epi16(_mm256_and_si256(w0, seven_bits), _mm256_and_si256(w1, seven_bits)), 0xD8);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(hi + 32 * h), h8);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lo + 32 * h), l8);
+    }
+    int8_t* dst = q + static_cast<size_t>(st) * 2 * 16 * kQuadBytes + i * 4;
+    for (int j = 0; j < 16; ++j) {
+      std::memcpy(dst + j * kQuadBytes, hi + 4 * j, 4);
+      std::memcpy(dst + (16 + j) * kQuadBytes, lo + 4 * j, 4);
+    }
+  }
+}
+
 void row_tile_multiply_avx2(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out) {
   static_assert(kTileTokens % kTokens == 0, "a multiply's tokens come in passes of kTokens");
   const int lift = row_tiles_avx2_lift(p.type);
@@ -145,6 +168,7 @@ void row_tile_multiply_avx2(const RowTiles& p, const QuantizedActs& a, const flo
 void row_tile_multiply_avx2(const RowTiles&, const QuantizedActs&, const float*, float*) {
   KVLM_CHECK(false, "AVX2 asked for on a build without it");
 }
+void pack_super_row_avx2(const RowQuants&, int, int8_t*) { KVLM_CHECK(false, "AVX2 asked for on a build without it"); }
 
 #endif
 
