@@ -33,8 +33,10 @@ void pack_super_row(const RowQuants& u, int i, int8_t* q) {
 }
 }  // namespace
 
-TileLayout row_tiles_layout() {
-  return !amx_usable() && isa_at_least(Isa::Avx512) ? TileLayout::Unfolded : TileLayout::Folded;
+TileLayout row_tiles_layout(DType t) {
+  if (amx_usable()) return TileLayout::Folded;
+  if (isa_at_least(Isa::Avx512)) return TileLayout::Unfolded;
+  return isa_at_least(Isa::Avx2) && row_tiles_avx2_unfolded_lift(t) < 0 ? TileLayout::Folded : TileLayout::Unfolded;
 }
 
 namespace {
@@ -170,7 +172,8 @@ void row_tile_multiply(const RowTiles& p, const QuantizedActs& a, const float* a
   const bool folded = p.block == 32 || p.layout == TileLayout::Folded;
   if (folded && amx_usable()) return row_tile_multiply_amx(p, a, act_sums, out);
   if (isa_at_least(Isa::Avx512)) return row_tile_multiply_avx512(p, a, act_sums, out);
-  if (folded && isa_at_least(Isa::Avx2) && row_tiles_avx2_lift(p.type) >= 0) return row_tile_multiply_avx2(p, a, act_sums, out);
+  if (isa_at_least(Isa::Avx2) && (folded ? row_tiles_avx2_lift(p.type) : row_tiles_avx2_unfolded_lift(p.type)) >= 0)
+    return row_tile_multiply_avx2(p, a, act_sums, out);
   scalar::row_tile_multiply(p, a, act_sums, out);
 }
 

@@ -41,8 +41,9 @@ void row_tiles_release();
 // super-block), or unfolded (the values' bytes as they are, one product per value, and one int32
 // multiply by the sub-scale per 16 or 32 values: fewer instructions where a quad at a time is read).
 enum class TileLayout { Folded, Unfolded };
-// The layout the kernel this thread would run reads (AMX and AVX2: Folded; AVX-512: Unfolded).
-TileLayout row_tiles_layout();
+// The layout the kernel this thread would run on type t reads (AMX: Folded; AVX-512: Unfolded;
+// AVX2: Unfolded but for IQ4_XS, whose values no lift keeps from saturating VPMADDUBSW).
+TileLayout row_tiles_layout(DType t);
 
 // Up to 16 rows of one matrix in the tile layout; rows past the last are zero. Reused from
 // group to group (the buffers keep their size).
@@ -68,7 +69,10 @@ struct RowTiles {
 
   // Packs n_rows <= 16 stored rows of `in` values, row r at rows + r * row_bytes; u unpacks
   // them (a RowQuants of the same type and size, reused).
-  void pack(const uint8_t* rows, int n_rows, size_t row_bytes, RowQuants& u, TileLayout layout = row_tiles_layout());
+  void pack(const uint8_t* rows, int n_rows, size_t row_bytes, RowQuants& u, TileLayout layout);
+  void pack(const uint8_t* rows, int n_rows, size_t row_bytes, RowQuants& u) {
+    pack(rows, n_rows, row_bytes, u, row_tiles_layout(u.type));
+  }
 };
 
 // Per token and 32-value block, dx * (the sum of its quantized values): the 32-value types' min
@@ -96,7 +100,9 @@ void row_tile_multiply_avx512(const RowTiles& p, const QuantizedActs& a, const f
 // The AVX2 kernel (the caller checked isa_at_least(Isa::Avx2) and row_tiles_avx2_lift(p.type) >= 0).
 void row_tile_multiply_avx2(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out);
 // What the AVX2 kernel adds to a weight byte of type t so that its products cannot saturate; -1
-// where no lift can (IQ4_NL).
+// where no lift can (IQ4_NL). For the folded layout (super-block types: the hi bytes), and for
+// the unfolded one (the values; -1 for IQ4_XS).
 int row_tiles_avx2_lift(DType t);
+int row_tiles_avx2_unfolded_lift(DType t);
 
 }  // namespace kvlm

@@ -30,6 +30,15 @@ int row_tiles_avx2_lift(DType t) {
   }
 }
 
+int row_tiles_avx2_unfolded_lift(DType t) {
+  switch (t) {
+    case DType::Q2_K: case DType::Q4_K: case DType::Q5_K: return 0;
+    case DType::Q3_K: return 4;
+    case DType::Q6_K: return 32;
+    default: return -1;  // IQ4_XS's levels reach -127
+  }
+}
+
 #if KVLM_X86
 namespace {
 
@@ -77,6 +86,67 @@ KVLM_AVX2 void multiply_supers(const RowTiles& p, const QuantizedActs& a, float*
           int32_t xsum = 0;
           for (int k = 0; k < 16; ++k) xsum += s16[k];
           const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(hi[t], _mm256_set1_epi32(32 * xsum)), 7), lo[t]);
+          const float dx = a.d[static_cast<size_t>(t0 + t) * a.nb + b];
+          float* o = out + static_cast<size_t>(t0 + t) * kTileRows + 8 * half;
+          __m256 acc = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(sum), _mm256_loadu_ps(o));
+          if constexpr (HasMin) {
+            __m256i msum = _mm256_setzero_si256();
+            for (int pair = 0; pair < 8; ++pair) {
+              int32_t two;
+              std::memcpy(&two, s16 + 2 * pair, 4);
+              const auto* m = reinterpret_cast<const __m256i*>(p.mins.data() + (static_cast<size_t>(b) * 8 + pair) * kTileRows + 8 * half);
+              msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_loadu_si256(m), _mm256_set1_epi32(two)));
+            }
+            const __m256 mn = _mm256_loadu_ps(p.mn.data() + static_cast<size_t>(b) * kTileRows + 8 * half);
+            acc = _mm256_fnmadd_ps(_mm256_mul_ps(mn, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(msum), acc);
+          }
+          _mm256_storeu_ps(o, acc);
+        }
+      }
+    }
+}
+
+// Super-block types unfolded: each quad's byte products summed in pairs by VPMADDUBSW, then
+// VPMADDWD by the sub-scale (the int16 pair of each row both the scale) adds the pairs and scales
+// them in one step, as llama.cpp's AVX2 K-quant kernels do; the lift comes out through the
+// sub-scales' pair products with the activations' sums. 8 tokens share each load.
+template <bool HasMin, int Sub>
+KVLM_AVX2 void multiply_unfolded(const RowTiles& p, const QuantizedActs& a, int lift_by, float* out) {
+  constexpr int kSubs = 256 / Sub, kQuads = Sub / 4, kT = 8;
+  const int nsb = p.in / 256, n16 = a.in / 16;
+  const __m256i lift = _mm256_set1_epi8(static_cast<char>(lift_by)), low16 = _mm256_set1_epi32(0xFFFF);
+  for (int t0 = 0; t0 < a.n_padded; t0 += kT)
+    for (int half = 0; half < 2; ++half) {
+      for (int t = 0; t < kT; ++t) _mm256_storeu_ps(out + static_cast<size_t>(t0 + t) * kTileRows + 8 * half, _mm256_setzero_ps());
+      for (int b = 0; b < nsb; ++b) {
+        __m256i tot[kT];
+        for (auto& v : tot) v = _mm256_setzero_si256();
+        for (int k = 0; k < kSubs; ++k) {
+          const __m256i s32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.sub_scales.data() + static_cast<size_t>(b * kSubs + k) * kTileRows + 8 * half));
+          const __m256i scale = _mm256_or_si256(_mm256_and_si256(s32, low16), _mm256_slli_epi32(s32, 16));
+          const int quad0 = b * 64 + k * kQuads;
+          const int8_t* xq = a.q.data() + static_cast<size_t>(t0) * a.in + 4 * quad0;
+          for (int j = 0; j < kQuads; ++j) {
+            const __m256i w = _mm256_add_epi8(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.q.data() + static_cast<size_t>(quad0 + j) * kQuadBytes + 32 * half)), lift);
+            for (int t = 0; t < kT; ++t)
+              tot[t] = _mm256_add_epi32(tot[t], _mm256_madd_epi16(_mm256_maddubs_epi16(w, quad_of(xq + static_cast<size_t>(t) * a.in + 4 * j)), scale));
+          }
+        }
+        const __m256 sv = _mm256_loadu_ps(p.sv.data() + static_cast<size_t>(b) * kTileRows + 8 * half);
+        for (int t = 0; t < kT; ++t) {
+          const int16_t* s16 = a.s16.data() + static_cast<size_t>(t0 + t) * n16 + 16 * b;
+          __m256i sum = tot[t];
+          if (lift_by) {  // the signed types (Q3_K, Q6_K): sub-blocks of 16, the sums as they are
+            __m256i corr = _mm256_setzero_si256();
+            for (int pair = 0; pair < kSubs / 2; ++pair) {
+              int32_t two;
+              std::memcpy(&two, s16 + 2 * pair, 4);
+              const auto* sp = reinterpret_cast<const __m256i*>(p.scale_pairs.data() + static_cast<size_t>(b * kSubs / 2 + pair) * kTileRows + 8 * half);
+              corr = _mm256_add_epi32(corr, _mm256_madd_epi16(_mm256_loadu_si256(sp), _mm256_set1_epi32(two)));
+            }
+            sum = _mm256_sub_epi32(sum, _mm256_mullo_epi32(corr, _mm256_set1_epi32(lift_by)));
+          }
           const float dx = a.d[static_cast<size_t>(t0 + t) * a.nb + b];
           float* o = out + static_cast<size_t>(t0 + t) * kTileRows + 8 * half;
           __m256 acc = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(sum), _mm256_loadu_ps(o));
@@ -157,6 +227,12 @@ KVLM_AVX2 void pack_super_row_avx2(const RowQuants& u, int i, int8_t* q) {
 
 void row_tile_multiply_avx2(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out) {
   static_assert(kTileTokens % kTokens == 0, "a multiply's tokens come in passes of kTokens");
+  if (p.block == 256 && p.layout == TileLayout::Unfolded) {
+    const int lift = row_tiles_avx2_unfolded_lift(p.type);
+    KVLM_CHECK(lift >= 0 && (lift == 0 || p.sub == 16), "the AVX2 row tiles cannot take ", dtype_name(p.type), " unfolded");
+    if (p.has_min) return p.sub == 16 ? multiply_unfolded<true, 16>(p, a, lift, out) : multiply_unfolded<true, 32>(p, a, lift, out);
+    return p.sub == 16 ? multiply_unfolded<false, 16>(p, a, lift, out) : multiply_unfolded<false, 32>(p, a, lift, out);
+  }
   const int lift = row_tiles_avx2_lift(p.type);
   KVLM_CHECK(lift >= 0, "the AVX2 row tiles cannot take ", dtype_name(p.type));
   if (p.block == 256) return p.has_min ? multiply_supers<true>(p, a, out) : multiply_supers<false>(p, a, out);
