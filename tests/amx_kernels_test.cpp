@@ -14,6 +14,7 @@
 #include "kernels/attention_int.h"
 #include "kernels/kv_quant.h"
 #include "kernels/dtype.h"
+#include "kernels/ggml_quantize.h"
 #include "kernels/linear.h"
 #include "kernels/qgemm.h"
 #include "kernels/qgemm_amx.h"
@@ -131,10 +132,11 @@ TEST(AmxKernels, QuantizedLayerGivesATokenTheSameValuesInAnyBatch) {
 }
 
 // The row-quant types' tile multiply (kernels/row_tiles.h): the packed tiles equal the scalar
-// packer's byte for byte (folded, and unfolded for AVX-512), the tile kernel and the AVX-512 and
+// packer's byte for byte (folded for AMX, unfolded for AVX-512 and AVX2), the tile kernel and the AVX-512 and
 // AVX2 ones equal the scalar twin bit for bit, and all equal the
 // dequantized values' dot but for the activations' rounding. Every type; 16 rows and a short
-// group; rows misaligned; a token at the activations' extremes; n not a multiple of 16.
+// group; rows misaligned; a row at its largest levels against tokens at the activations'
+// extremes (where an int16 sum would overflow); n not a multiple of 16.
 TEST(AmxKernels, RowQuantTilesEqualTheScalarTwinBitForBit) {
   const bool amx = amx_or_say_skipped();  // without tiles: the scalar twin against the values
   for (const Isa isa : {Isa::Avx512, Isa::Avx2})
@@ -147,11 +149,18 @@ TEST(AmxKernels, RowQuantTilesEqualTheScalarTwinBitForBit) {
         SCOPED_TRACE(std::string(dtype_name(type)) + " in " + std::to_string(in) + " rows " + std::to_string(rows));
         const size_t row_bytes = dtype_row_bytes(type, in, "test row");
         auto w = test::random_row_quant(type, rows, in, in + rows);
+        {  // row 0 at the largest levels of one sign (one value per 16 the other way sets the scale)
+          std::vector<float> v(in);
+          for (int i = 0; i < in; ++i) v[i] = i % 16 == 0 ? -1.0f : 0.97f;
+          quantize_blocks(type, v.data(), w.data(), in);
+        }
         std::vector<uint8_t> shifted(w.size() + 3);
         std::copy(w.begin(), w.end(), shifted.begin() + 3);
         const int n = 37;
         auto x = randn(static_cast<size_t>(n) * in, 11 + in);
         for (int i = 0; i < in; ++i) x[static_cast<size_t>(4) * in + i] = i % 2 ? 90.0f : -90.0f;  // +-127 throughout
+        for (int i = 0; i < in; ++i) x[static_cast<size_t>(5) * in + i] = 90.0f;  // 127 throughout: against row 0,
+        for (int i = 0; i < in; ++i) x[static_cast<size_t>(6) * in + i] = -90.0f;  // every product of one sign
         QuantizedActs acts;
         acts.quantize(x.data(), n, in, nullptr, block, kTileTokens);
         ASSERT_EQ(acts.n_padded, 48);
@@ -184,7 +193,7 @@ TEST(AmxKernels, RowQuantTilesEqualTheScalarTwinBitForBit) {
           ASSERT_TRUE(same_bytes(tiles.mins, same.mins));  // empty for types without mins
           ASSERT_TRUE(same_bytes(tiles.sub_scales, same.sub_scales));
           ASSERT_TRUE(same_bytes(tiles.scale_pairs, same.scale_pairs));
-          if (isa == Isa::Avx2 && row_tiles_avx2_lift(type) < 0) continue;  // IQ4_NL: the generic path
+          if (isa == Isa::Avx2 && !row_tiles_usable(type)) continue;  // IQ4_NL: the generic path
           std::vector<float> got(want.size());
           row_tile_multiply(tiles, acts, sums.data(), got.data());
           for (size_t k = 0; k < got.size(); ++k)

@@ -13,7 +13,8 @@
 namespace kvlm {
 
 bool row_tiles_usable(DType t) {
-  return amx_usable() || isa_at_least(Isa::Avx512) || (isa_at_least(Isa::Avx2) && row_tiles_avx2_lift(t) >= 0);
+  return amx_usable() || isa_at_least(Isa::Avx512) ||
+         (isa_at_least(Isa::Avx2) && (dtype_block(t) == 256 || row_tiles_avx2_lift(t) >= 0));
 }
 
 void row_tiles_release() {
@@ -33,11 +34,7 @@ void pack_super_row(const RowQuants& u, int i, int8_t* q) {
 }
 }  // namespace
 
-TileLayout row_tiles_layout(DType t) {
-  if (amx_usable()) return TileLayout::Folded;
-  if (isa_at_least(Isa::Avx512)) return TileLayout::Unfolded;
-  return isa_at_least(Isa::Avx2) && row_tiles_avx2_unfolded_lift(t) < 0 ? TileLayout::Folded : TileLayout::Unfolded;
-}
+TileLayout row_tiles_layout(DType) { return amx_usable() ? TileLayout::Folded : TileLayout::Unfolded; }
 
 namespace {
 // Values per sub-scale of a super-block type: Q4_K, Q5_K and IQ4_XS scale 32 values at a time.
@@ -76,8 +73,6 @@ void RowTiles::pack(const uint8_t* rows, int n_rows, size_t row_bytes, RowQuants
       for (int g = 0; g < in / 4; ++g) std::memcpy(&q[(static_cast<size_t>(g) * kTileRows + i) * 4], u.q + 4 * g, 4);
     } else if (amx_usable()) {
       pack_super_row_amx(u, i, q.data());
-    } else if (isa_at_least(Isa::Avx2)) {
-      pack_super_row_avx2(u, i, q.data());
     } else {
       pack_super_row(u, i, q.data());
     }
@@ -172,7 +167,7 @@ void row_tile_multiply(const RowTiles& p, const QuantizedActs& a, const float* a
   const bool folded = p.block == 32 || p.layout == TileLayout::Folded;
   if (folded && amx_usable()) return row_tile_multiply_amx(p, a, act_sums, out);
   if (isa_at_least(Isa::Avx512)) return row_tile_multiply_avx512(p, a, act_sums, out);
-  if (isa_at_least(Isa::Avx2) && (folded ? row_tiles_avx2_lift(p.type) : row_tiles_avx2_unfolded_lift(p.type)) >= 0)
+  if (isa_at_least(Isa::Avx2) && (p.block == 256 ? !folded : row_tiles_avx2_lift(p.type) >= 0))
     return row_tile_multiply_avx2(p, a, act_sums, out);
   scalar::row_tile_multiply(p, a, act_sums, out);
 }

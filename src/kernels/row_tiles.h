@@ -41,8 +41,7 @@ void row_tiles_release();
 // super-block), or unfolded (the values' bytes as they are, one product per value, and one int32
 // multiply by the sub-scale per 16 or 32 values: fewer instructions where a quad at a time is read).
 enum class TileLayout { Folded, Unfolded };
-// The layout the kernel this thread would run on type t reads (AMX: Folded; AVX-512: Unfolded;
-// AVX2: Unfolded but for IQ4_XS, whose values no lift keeps from saturating VPMADDUBSW).
+// The layout the kernel this thread would run on type t reads (AMX: Folded; else Unfolded).
 TileLayout row_tiles_layout(DType t);
 
 // Up to 16 rows of one matrix in the tile layout; rows past the last are zero. Reused from
@@ -89,9 +88,8 @@ void row_tile_multiply(const RowTiles& p, const QuantizedActs& a, const float* a
 }  // namespace scalar
 
 // Row i of a super-block layout's hi and lo tiles from its unpacked values (AVX-512; the caller
-// checked amx_usable()), and the same on AVX2 (the caller checked isa_at_least(Isa::Avx2)).
+// checked amx_usable()).
 void pack_super_row_amx(const RowQuants& u, int i, int8_t* q);
-void pack_super_row_avx2(const RowQuants& u, int i, int8_t* q);
 
 // The AMX kernel (the caller checked amx_usable()).
 void row_tile_multiply_amx(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out);
@@ -99,10 +97,8 @@ void row_tile_multiply_amx(const RowTiles& p, const QuantizedActs& a, const floa
 void row_tile_multiply_avx512(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out);
 // The AVX2 kernel (the caller checked isa_at_least(Isa::Avx2) and row_tiles_avx2_lift(p.type) >= 0).
 void row_tile_multiply_avx2(const RowTiles& p, const QuantizedActs& a, const float* act_sums, float* out);
-// What the AVX2 kernel adds to a weight byte of type t so that its products cannot saturate; -1
-// where no lift can (IQ4_NL). For the folded layout (super-block types: the hi bytes), and for
-// the unfolded one (the values; -1 for IQ4_XS).
+// What the AVX2 kernel adds to a weight byte of a 32-value type t so that its products cannot
+// saturate; -1 where no lift can (IQ4_NL) and for the super-block types (read unfolded, each its own way).
 int row_tiles_avx2_lift(DType t);
-int row_tiles_avx2_unfolded_lift(DType t);
 
 }  // namespace kvlm
