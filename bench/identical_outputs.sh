@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Are two kvlm binaries' outputs bit-identical? `kvlm logits` on stories260K and every HF fixture
-# (three weight formats, prefill and stepwise; compared with cmp) and `kvlm generate --json` ids
+# (three weight formats, prefill and stepwise; compared with cmp), on every fixture's GGUF files
+# as stored, and on the KL fixture's model quantized by the new binary into row-quant types; and `kvlm generate --json` ids
 # on stories260K as HF, llama2.c and GGUF (four KV types, paged and contiguous, residual 0 and 16,
 # plus sinks). A run that produces nothing on either side counts as a difference.
 # Usage: bench/identical_outputs.sh OLD_KVLM NEW_KVLM [SHARED_DIR]
@@ -19,6 +20,24 @@ for m in $S/stories260K/stories260K.bin tests/fixtures/*/; do
     if [ ! -s "$T/old" ] || ! cmp -s "$T/old" "$T/new"; then fail=$((fail + 1)); echo "DIFF/EMPTY logits $m $w $step"; fi
     rm -f "$T/old" "$T/new"
   done; done
+done
+logits_pair() {  # model, extra flags...
+  local m="$1"; shift
+  for side in old new; do
+    bin="$OLD"; [ $side = new ] && bin="$NEW"
+    "$bin" logits --model "$m" --ids $IDS --out "$T/$side" "$@" >/dev/null 2>&1 || rm -f "$T/$side"
+  done
+  n=$((n + 1))
+  if [ ! -s "$T/old" ] || ! cmp -s "$T/old" "$T/new"; then fail=$((fail + 1)); echo "DIFF/EMPTY logits $m $*"; fi
+  rm -f "$T/old" "$T/new"
+}
+for m in tests/fixtures/*/model-*.gguf; do
+  [ "$(dirname "$m")" = tests/fixtures/kld ] && continue
+  for step in "" --stepwise; do logits_pair "$m" $step; done
+done
+for t in Q4_K_M Q6_K Q3_K_M IQ4_XS Q5_0 Q4_1 MXFP4_MOE; do
+  "$NEW" quantize tests/fixtures/kld/model-F16.gguf "$T/q.gguf" $t >/dev/null 2>&1 || continue
+  for step in "" --stepwise; do logits_pair "$T/q.gguf" $step; done
 done
 ids() { "$@" 2>/dev/null | python3 -c "import sys,json; print(json.load(sys.stdin)['generated_ids'])" 2>/dev/null; }
 for m in $S/stories260K-hf $S/stories260K/stories260K.bin $S/stories260K/stories260K-f32.gguf; do

@@ -85,7 +85,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Conformance,
                                            Case{"llama_ropelinear", "model-F32.gguf"},
                                            // Half precision, against float64 over the same fp16 weights:
                                            Case{"llama_f16", ""}, Case{"llama_f16", "model-F16.gguf"},
-                                           Case{"qwen2_f16", "model-F16.gguf"}),
+                                           Case{"qwen2_f16", "model-F16.gguf"},
+                                           // Families built on the forward-from-ops design, GGUF
+                                           // files from llama.cpp's own converter:
+                                           Case{"qwen3_tiny", ""}, Case{"qwen3_tiny", "model-F32.gguf"},
+                                           Case{"qwen3_window", ""}),
                          case_name);
 
 // fp16 weights run as fp16 (F16C in the kernel), never narrowed to bf16 unless asked: the error
@@ -114,7 +118,7 @@ TEST(HalfPrecision, F16StaysF16AndBeatsBf16) {
 
 // Q8_0 weights: not exact, so report the error and require top-1 agreement on >= 95% of positions.
 TEST(ConformanceQ8, TopOneAgreesOnAtLeast95Percent) {
-  for (const char* fixture : {"llama_tiny", "gpt2_tiny"}) {
+  for (const char* fixture : {"llama_tiny", "gpt2_tiny", "qwen3_tiny"}) {
     std::string dir = test::fixtures_dir() + "/" + fixture;
     Expected x = expected(dir);
     auto m = load_model(dir + "/model-Q8_0.gguf");

@@ -67,11 +67,13 @@ std::string temp_dir(const std::string& name) {
 }
 
 TEST(KvTiers, EvictedBlocksComeBackWithIdenticalLogits) {
-  auto m = load_model(test::fixtures_dir() + "/llama_tiny");  // kv_dim 32: int4 groups fit
-  const std::vector<int> p = prompt(33, 1);                   // 8 full blocks + 1 token
+  for (const char* fixture : {"llama_tiny", "qwen3_tiny"})
   for (DType dtype : {DType::F32, DType::F16, DType::Int8, DType::Int4})
     for (const char* tier : {"host", "disk"}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " pages, " + tier);
+      auto m = load_model(test::fixtures_dir() + "/" + fixture);
+      if (dtype == DType::Int4 && m->cfg.kv_dim() % 32) continue;  // int4 groups of 32 (qwen3_tiny: 48)
+      const std::vector<int> p = prompt(33, 1);  // 8 full blocks + 1 token
+      SCOPED_TRACE(std::string(fixture) + ", " + dtype_name(dtype) + " pages, " + tier);
       KvTierOptions t;
       if (tier == std::string("host")) t.host_capacity = size_t{64} << 20;
       if (tier == std::string("disk")) {

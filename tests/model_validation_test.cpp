@@ -92,7 +92,7 @@ TEST(ConfigKeys, RefusedByName) {
       {"llama_tiny", [](json& c) { c["final_logit_softcapping"] = 30.0; }, "final_logit_softcapping"},
       {"llama_tiny", [](json& c) { c["num_local_experts"] = 8; }, "num_local_experts"},
       {"llama_tiny", [](json& c) { c["architectures"] = {"Qwen3ForCausalLM"}; }, "Qwen3ForCausalLM"},
-      {"llama_tiny", [](json& c) { c["model_type"] = "qwen3"; }, "unsupported model_type 'qwen3'"},
+      {"llama_tiny", [](json& c) { c["model_type"] = "mamba"; }, "unsupported model_type 'mamba'"},
       {"llama_tiny", [](json& c) { c["attention_bias"] = true; }, "q_proj.bias"},
       {"qwen2_tiny", [](json& c) { c["model_type"] = "mistral"; c["architectures"] = {"MistralForCausalLM"}; },
        "config says attention_bias is false"},

@@ -88,6 +88,33 @@ GGUF_FILES = {"llama_tiny": ("F32", "Q8_0"), "gpt2_tiny": ("F32", "Q8_0"), "gpt2
               "llama_ropelinear": ("F32",), "llama_f16": ("F16",), "qwen2_f16": ("F16",)}
 
 
+def record_reference(name, model, d):
+    """expected.json (prompt, HF's greedy continuation with the cache on and off) and logits.f32 (HF's
+    logits at every position of prompt + continuation, teacher-forced in one pass, in float64)."""
+    g = torch.Generator().manual_seed(99)
+    prompt = torch.randint(0, 255, (1, PROMPT_LEN), generator=g)
+    with torch.no_grad():
+        runs = {}
+        for use_cache in (True, False):
+            out = model.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=use_cache,
+                                 pad_token_id=255, eos_token_id=None)
+            runs[use_cache] = out[0, PROMPT_LEN:].tolist()
+        assert runs[True] == runs[False], f"{name}: HF greedy differs with use_cache"
+        full = torch.cat([prompt[0], torch.tensor(runs[True])]).unsqueeze(0)
+        # Reference logits in float64, so the tolerance measures kvlm's f32 error alone.
+        logits = model.double()(full).logits[0]
+        assert logits[PROMPT_LEN - 1:-1].argmax(-1).tolist() == runs[True], f"{name}: f64 greedy differs"
+        logits = logits.float()
+    top2 = logits.topk(2, dim=-1).values
+    gap = float((top2[:, 0] - top2[:, 1]).min())
+    logits.numpy().astype("<f4").tofile(os.path.join(d, "logits.f32"))
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump({"prompt_ids": prompt[0].tolist(), "greedy_ids": runs[True], "logits_file": "logits.f32",
+                   "logits_shape": list(logits.shape), "min_top1_top2_gap": gap,
+                   "transformers": transformers.__version__, "torch": torch.__version__}, f, indent=1)
+    print(f"{name}: {sum(p.numel() for p in model.parameters())} params, min top-2 gap {gap:.4f}")
+
+
 def main(out_dir):
     for name, cls, cfg in models():
         torch.manual_seed(1234)
@@ -125,28 +152,7 @@ def main(out_dir):
                         mod.reorder_and_upcast_attn = False
                 plain = model(probe).logits
             assert (upcast - plain).abs().max() < 1e-4, "reorder_and_upcast_attn changed the math"
-        g = torch.Generator().manual_seed(99)
-        prompt = torch.randint(0, 255, (1, PROMPT_LEN), generator=g)
-        with torch.no_grad():
-            runs = {}
-            for use_cache in (True, False):
-                out = model.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=use_cache,
-                                     pad_token_id=255, eos_token_id=None)
-                runs[use_cache] = out[0, PROMPT_LEN:].tolist()
-            assert runs[True] == runs[False], f"{name}: HF greedy differs with use_cache"
-            full = torch.cat([prompt[0], torch.tensor(runs[True])]).unsqueeze(0)
-            # Reference logits in float64, so the tolerance measures kvlm's f32 error alone.
-            logits = model.double()(full).logits[0]
-            assert logits[PROMPT_LEN - 1:-1].argmax(-1).tolist() == runs[True], f"{name}: f64 greedy differs"
-            logits = logits.float()
-        top2 = logits.topk(2, dim=-1).values
-        gap = float((top2[:, 0] - top2[:, 1]).min())
-        logits.numpy().astype("<f4").tofile(os.path.join(d, "logits.f32"))
-        with open(os.path.join(d, "expected.json"), "w") as f:
-            json.dump({"prompt_ids": prompt[0].tolist(), "greedy_ids": runs[True], "logits_file": "logits.f32",
-                       "logits_shape": list(logits.shape), "min_top1_top2_gap": gap,
-                       "transformers": transformers.__version__, "torch": torch.__version__}, f, indent=1)
-        print(f"{name}: {sum(p.numel() for p in model.parameters())} params, min top-2 gap {gap:.4f}")
+        record_reference(name, model, d)
         if name in GGUF_FILES:
             sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
             for qtype in GGUF_FILES[name]:

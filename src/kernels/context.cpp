@@ -1,11 +1,15 @@
 #include "kernels/context.h"
 
+#include "kernels/cpu_backend.h"
+
 namespace kvlm {
 
 Context::Context(int threads, Isa isa_cap)
-    : owned_(std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::default_threads())), isa_cap_(isa_cap) {}
+    : owned_(std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::default_threads())),
+      isa_cap_(isa_cap),
+      backend_(std::make_unique<CpuBackend>(*this)) {}
 
-Context::Context(Isa isa_cap) : isa_cap_(isa_cap) {}
+Context::Context(Isa isa_cap) : isa_cap_(isa_cap), backend_(std::make_unique<CpuBackend>(*this)) {}
 
 Isa Context::isa() const { return capped_isa(isa_cap_); }
 

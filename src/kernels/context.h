@@ -2,7 +2,8 @@
 // - its thread pool;
 // - the instruction set its kernels use (a cap below what the CPU and KVLM_ISA allow);
 // - scratch that keeps its size between calls, so the forward pass's activations and the Q8_0
-//   copy of a layer's input are allocated once per batch shape, not on every call.
+//   copy of a layer's input are allocated once per batch shape, not on every call;
+// - its backend: the ops a forward pass is built from (backend.h), the CPU's on this pool.
 // One Context serves one computation at a time; two Contexts compute at once in one process.
 // A backend other than the CPU would hang its device, streams and device buffers here.
 #pragma once
@@ -11,6 +12,7 @@
 
 #include "core/cpu.h"
 #include "core/thread_pool.h"
+#include "kernels/backend.h"
 #include "kernels/qgemm.h"
 
 namespace kvlm {
@@ -30,7 +32,8 @@ class Context {
   Isa isa_cap() const { return isa_cap_; }
   // Where this context's buffers live (scratch, and the KV pages an engine on it allocates).
   // Only the host exists today; a device backend's context names its device.
-  Device device() const { return Device::Host; }
+  Device device() const { return backend_->device(); }
+  Backend& backend() { return *backend_; }
 
   // At least n floats for `slot`, kept between calls (grown, never shrunk). Contents undefined.
   float* scratch(int slot, size_t n);
@@ -47,6 +50,7 @@ class Context {
  private:
   std::unique_ptr<ThreadPool> owned_;
   Isa isa_cap_;
+  std::unique_ptr<Backend> backend_;
   std::vector<Buffer<float>> scratch_;  // activations, on the context's device
   QuantizedActs acts_;
 };

@@ -1,5 +1,6 @@
 // ModelConfig: the shape and conventions of a decoder-only transformer.
-// One struct covers GPT-2, GPT-Neo and the Llama family; the differences are flags.
+// The fields every family shares (shapes, norm epsilon, RoPE, windows) and the flags its loader,
+// shape checks and KV planning read; each family's forward (families/*.cpp) does its own arithmetic.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -37,6 +38,7 @@ struct ModelConfig {
   // Which projections carry a bias, as the config says: 1 yes, 0 no, -1 look at the file's tensors
   // (llama2.c and GGUF, whose metadata has no such key).
   int qkv_bias = -1, o_bias = -1, mlp_bias = -1;
+  bool qk_norm = false;  // a per-head RMSNorm of queries and keys before RoPE (Qwen3)
   std::vector<int> layer_window;   // [n_layers]: 0 = global, W = attend to the last W positions (self included)
   bool tied_embeddings = true;
   int bos_id = 1, eos_id = 2;

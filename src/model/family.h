@@ -1,8 +1,8 @@
 // Family: one model architecture as kvlm knows it. Each family lives in one file under
 // model/families/ and holds its config keys (Hugging Face and GGUF), its tensor names, its quirks
-// and its validation; families/registry.cpp lists them in one table. The forward pass is generic:
-// a family describes itself through ModelConfig's flags (norm, MLP, RoPE, positions, biases,
-// windows), as llama.cpp's src/models/*.cpp describe theirs through its graph helpers.
+// its validation and its forward: the layer built from the backend's ops (model/forward_step.h,
+// with the pieces families share in model/blocks.h), as llama.cpp's src/models/*.cpp build
+// theirs. families/registry.cpp lists them in one table.
 //
 // Adding a family: write families/<name>.cpp, add one row to the table, add a fixture and a test.
 #pragma once
@@ -12,6 +12,7 @@
 
 #include "io/gguf.h"
 #include "io/tensor_source.h"
+#include "model/forward_step.h"
 #include "model/hf_reader.h"
 #include "model/model.h"
 
@@ -43,6 +44,9 @@ struct Family {
   const GgufNames* gguf_names;
   // Binds the named tensors to m's weights for m.cfg (shapes come from the config).
   void (*bind)(const TensorSource& s, Model& m, TensorLayout layout);
+  // One forward step of m over the step's batch: embeddings, every layer, the logits of the
+  // step's output rows.
+  void (*forward)(ForwardStep& s, const Model& m);
 };
 
 // Every family, in the registry's order.

@@ -31,6 +31,11 @@ void Model::embed(int tok, float* out) const {
   dtype_traits(tok_emb_type).to_float(tok_emb_rows.data() + static_cast<size_t>(tok) * row, out, dim);
 }
 
+EmbeddingRows Model::token_rows() const {
+  if (tok_emb_type == DType::F32) return {DType::F32, tok_emb.data(), cfg.dim * sizeof(float), cfg.dim};
+  return {tok_emb_type, tok_emb_rows.data(), tok_emb_rows.size() / static_cast<size_t>(cfg.vocab_size), cfg.dim};
+}
+
 void Model::for_each_weight(const std::function<void(DType, size_t)>& f) const {
   auto linear = [&](const Linear& l) {
     f(l.fmt, l.bytes() - l.b.size() * sizeof(float));
@@ -40,7 +45,8 @@ void Model::for_each_weight(const std::function<void(DType, size_t)>& f) const {
   f(DType::F32, (pos_emb.size() + final_norm.size() + final_norm_bias.size()) * sizeof(float));
   linear(lm_head);
   for (const LayerWeights& L : layers) {
-    f(DType::F32, (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size()) * 4);
+    f(DType::F32, (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size() +
+                   L.q_norm.size() + L.k_norm.size()) * 4);
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) linear(*l);
   }
 }
@@ -64,7 +70,8 @@ size_t Model::n_params() const {
   auto lin = [](const Linear& l) { return static_cast<size_t>(l.out) * l.in + l.b.size(); };
   if (!cfg.tied_embeddings) n += lin(lm_head);
   for (const LayerWeights& L : layers) {
-    n += L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size();
+    n += L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size() + L.q_norm.size() +
+         L.k_norm.size();
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) n += lin(*l);
   }
   return n;
@@ -103,6 +110,10 @@ void Model::check_shapes(const std::string& source) const {
     if (c.norm == NormKind::LayerNorm) {
       need(L.attn_norm_bias.size(), dim, p + "attention norm bias");
       need(L.mlp_norm_bias.size(), dim, p + "MLP norm bias");
+    }
+    if (c.qk_norm) {
+      need(L.q_norm.size(), static_cast<size_t>(c.head_dim), p + "query norm");
+      need(L.k_norm.size(), static_cast<size_t>(c.head_dim), p + "key norm");
     }
     lin(L.wq, c.q_dim(), c.dim, p + "q projection");
     lin(L.wk, c.kv_dim(), c.dim, p + "k projection");

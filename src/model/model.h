@@ -1,4 +1,4 @@
-// A loaded model: config plus weights (in backend buffers), bound to one generic decoder forward.
+// A loaded model: config plus weights (in backend buffers); its family's forward runs it.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "model/rope.h"
@@ -17,6 +18,7 @@ namespace kvlm {
 struct LayerWeights {
   Buffer<float> attn_norm, attn_norm_bias;        // [dim]; bias only for LayerNorm
   Linear wq, wk, wv, wo;                         // wq [q_dim][dim], wk/wv [kv_dim][dim], wo [dim][q_dim]
+  Buffer<float> q_norm, k_norm;                   // [head_dim]: per-head RMSNorm before RoPE (cfg.qk_norm)
   Buffer<float> mlp_norm, mlp_norm_bias;          // [dim]
   Linear w_gate;                                 // [hidden][dim], SwiGLU only
   Linear w_up;                                   // [hidden][dim]
@@ -43,6 +45,8 @@ struct Model {
 
   // Token `tok`'s embedding, widened to f32 into out[dim].
   void embed(int tok, float* out) const;
+  // The token embedding table as the backend's embed op reads it.
+  EmbeddingRows token_rows() const;
   size_t embedding_bytes() const { return tok_emb.bytes() + tok_emb_rows.bytes(); }
   // Bytes of all weights (what one decode step must read at least once).
   size_t weight_bytes() const;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/bind_weights.h"
+#include "model/blocks.h"
 #include "model/families/gpt2.h"
 #include "model/gguf_model.h"
 
@@ -30,6 +31,35 @@ ModelConfig gpt_like_from_hf(const HfReader& r, const char* arch, const GptKeyNa
   c.eos_id = r.integer_or("eos_token_id", 50256);
   c.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
   return c;
+}
+
+void forward_gpt(ForwardStep& s, const Model& m) {
+  const ModelConfig& c = m.cfg;
+  const int n = s.rows();
+  float* x = s.act(0, c.dim);  // the residual stream
+  float* xn = s.act(1, c.dim);
+  float* q = s.act(2, c.q_dim());
+  float* k = s.act(3, c.kv_dim());
+  float* v = s.act(4, c.kv_dim());
+  float* att = s.act(5, c.q_dim());
+  float* h = s.act(6, c.hidden_dim);
+  float* tmp = s.act(8, c.dim);
+  auto norm = [&](const Buffer<float>& w, const Buffer<float>& b) {
+    s.ops.layer_norm(x, w.data(), b.empty() ? nullptr : b.data(), xn, n, c.dim, c.norm_eps);
+  };
+  blocks::embed(s, m, x, tmp);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = m.layers[l];
+    norm(L.attn_norm, L.attn_norm_bias);
+    blocks::qkv(s, L, xn, q, k, v);
+    s.attention(blocks::attention_params(c, l), q, k, v, att);
+    s.ops.linear(L.wo, att, n, tmp);
+    s.ops.add(x, tmp, n, c.dim);
+    norm(L.mlp_norm, L.mlp_norm_bias);
+    blocks::gelu_mlp(s, L, xn, h, tmp);
+    s.ops.add(x, tmp, n, c.dim);
+  }
+  blocks::layer_norm_head(s, m, x, tmp, xn);
 }
 
 namespace {
@@ -76,7 +106,7 @@ const GgufNames kGpt2GgufNames = {
 
 }  // namespace
 
-extern const Family kGpt2Family = {"gpt2",         "gpt2",          "GPT2LMHeadModel", "gpt2", gpt2_from_hf,
-                                   gpt2_from_gguf, &kGpt2GgufNames, bind_gpt2};
+extern const Family kGpt2Family = {"gpt2",         "gpt2",          "GPT2LMHeadModel", "gpt2",      gpt2_from_hf,
+                                   gpt2_from_gguf, &kGpt2GgufNames, bind_gpt2,        forward_gpt};
 
 }  // namespace kvlm

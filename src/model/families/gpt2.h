@@ -13,5 +13,7 @@ struct GptKeyNames {
   const char* positions;  // "n_positions" | "max_position_embeddings"
 };
 ModelConfig gpt_like_from_hf(const HfReader& r, const char* arch, const GptKeyNames& keys);
+// The GPT-2 block: LayerNorm with bias, q/k/v, attention (the config's scale and windows), GELU.
+void forward_gpt(ForwardStep& s, const Model& m);
 
 }  // namespace kvlm

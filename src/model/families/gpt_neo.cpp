@@ -48,7 +48,7 @@ void bind_gpt_neo(const TensorSource& s, Model& m, TensorLayout) {
 
 }  // namespace
 
-extern const Family kGptNeoFamily = {"gpt_neo", "gpt_neo", "GPTNeoForCausalLM", nullptr, gpt_neo_from_hf,
-                                     nullptr,   nullptr,   bind_gpt_neo};
+extern const Family kGptNeoFamily = {"gpt_neo", "gpt_neo", "GPTNeoForCausalLM", nullptr,    gpt_neo_from_hf,
+                                     nullptr,   nullptr,   bind_gpt_neo,        forward_gpt};
 
 }  // namespace kvlm

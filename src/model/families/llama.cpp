@@ -3,6 +3,7 @@
 #include "model/families/llama.h"
 
 #include "model/bind_weights.h"
+#include "model/blocks.h"
 #include "model/gguf_model.h"
 
 namespace kvlm {
@@ -136,6 +137,35 @@ void bind_llama_like(const TensorSource& s, Model& m, TensorLayout) {
   bind_lm_head(s, "model.embed_tokens", m);
 }
 
+void forward_llama(ForwardStep& s, const Model& m) {
+  const ModelConfig& c = m.cfg;
+  const int n = s.rows();
+  float* x = s.act(0, c.dim);  // the residual stream
+  float* xn = s.act(1, c.dim);
+  float* q = s.act(2, c.q_dim());
+  float* k = s.act(3, c.kv_dim());
+  float* v = s.act(4, c.kv_dim());
+  float* att = s.act(5, c.q_dim());
+  float* gate = s.act(6, c.hidden_dim);
+  float* up = s.act(7, c.hidden_dim);
+  float* tmp = s.act(8, c.dim);
+  blocks::embed(s, m, x, tmp);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = m.layers[l];
+    s.ops.rms_norm(x, L.attn_norm.data(), xn, n, c.dim, c.norm_eps);
+    blocks::qkv(s, L, xn, q, k, v);
+    blocks::rope(s, m, q, c.n_heads);
+    blocks::rope(s, m, k, c.n_kv_heads);
+    s.attention(blocks::attention_params(c, l), q, k, v, att);
+    s.ops.linear(L.wo, att, n, tmp);
+    s.ops.add(x, tmp, n, c.dim);
+    s.ops.rms_norm(x, L.mlp_norm.data(), xn, n, c.dim, c.norm_eps);
+    blocks::swiglu_mlp(s, L, xn, gate, up, tmp);
+    s.ops.add(x, tmp, n, c.dim);
+  }
+  blocks::rms_head(s, m, x, tmp, xn);
+}
+
 const GgufNames kLlamaGgufNames = {
     "model.layers.",
     {{"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
@@ -160,7 +190,7 @@ void llama_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
 
 }  // namespace
 
-extern const Family kLlamaFamily = {"llama",        "llama",          "LlamaForCausalLM", "llama", llama_from_hf,
-                                    llama_from_gguf, &kLlamaGgufNames, bind_llama_like};
+extern const Family kLlamaFamily = {"llama",        "llama",          "LlamaForCausalLM", "llama",      llama_from_hf,
+                                    llama_from_gguf, &kLlamaGgufNames, bind_llama_like,    forward_llama};
 
 }  // namespace kvlm

@@ -1,4 +1,4 @@
-// What Mistral and Qwen2 share with Llama (they are Llama with other bias and window rules).
+// What Mistral, Qwen2 and Qwen3 share with Llama (Llama with other bias, window and norm rules).
 #pragma once
 #include "model/family.h"
 
@@ -13,6 +13,11 @@ void apply_layer_types(const HfReader& r, ModelConfig& c, int window);
 // rotation convention (llama.cpp permutes llama's q/k rows to adjacent pairs, not qwen2's).
 void llama_like_from_gguf(const GgufFile& g, const std::string& prefix, ModelConfig& c);
 void bind_llama_like(const TensorSource& s, Model& m, TensorLayout layout);
+// The Llama layer: RMSNorm, q/k/v (biases where bound), RoPE, attention, SwiGLU.
+void forward_llama(ForwardStep& s, const Model& m);
+// Qwen2's keys: Llama's plus its window rules (use_sliding_window from max_window_layers on,
+// or layer_types). Biases are left for the family to set.
+ModelConfig qwen2_like_from_hf(const HfReader& r, const char* arch);
 extern const GgufNames kLlamaGgufNames;
 
 }  // namespace kvlm

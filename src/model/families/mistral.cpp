@@ -19,7 +19,7 @@ ModelConfig mistral_from_hf(const HfReader& r) {
 
 }  // namespace
 
-extern const Family kMistralFamily = {"mistral", "mistral", "MistralForCausalLM", nullptr, mistral_from_hf,
-                                      nullptr,   nullptr,   bind_llama_like};
+extern const Family kMistralFamily = {"mistral", "mistral", "MistralForCausalLM", nullptr,      mistral_from_hf,
+                                      nullptr,   nullptr,   bind_llama_like,      forward_llama};
 
 }  // namespace kvlm

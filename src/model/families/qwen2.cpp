@@ -7,12 +7,8 @@
 
 namespace kvlm {
 
-namespace {
-
-ModelConfig qwen2_from_hf(const HfReader& r) {
-  ModelConfig c = llama_like_from_hf(r, "qwen2");
-  c.qkv_bias = 1;
-  c.o_bias = c.mlp_bias = 0;
+ModelConfig qwen2_like_from_hf(const HfReader& r, const char* arch) {
+  ModelConfig c = llama_like_from_hf(r, arch);
   const bool use_windows = r.boolean_or("use_sliding_window", false);
   if (!use_windows && !r.has("layer_types")) return c;
   const int window = r.integer_or("sliding_window", 0);
@@ -26,6 +22,15 @@ ModelConfig qwen2_from_hf(const HfReader& r) {
   return c;
 }
 
+namespace {
+
+ModelConfig qwen2_from_hf(const HfReader& r) {
+  ModelConfig c = qwen2_like_from_hf(r, "qwen2");
+  c.qkv_bias = 1;
+  c.o_bias = c.mlp_bias = 0;
+  return c;
+}
+
 void qwen2_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
   llama_like_from_gguf(g, p, c);
   c.rope = RopeKind::RotateHalf;
@@ -33,7 +38,7 @@ void qwen2_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
 
 }  // namespace
 
-extern const Family kQwen2Family = {"qwen2",         "qwen2",          "Qwen2ForCausalLM", "qwen2", qwen2_from_hf,
-                                    qwen2_from_gguf, &kLlamaGgufNames, bind_llama_like};
+extern const Family kQwen2Family = {"qwen2",         "qwen2",          "Qwen2ForCausalLM", "qwen2",      qwen2_from_hf,
+                                    qwen2_from_gguf, &kLlamaGgufNames, bind_llama_like,    forward_llama};
 
 }  // namespace kvlm

@@ -1,0 +1,62 @@
+// Backend: the operations a model's forward pass is built from, over activations that live on
+// the backend's device ([rows][width] floats). Each family composes its layer from these calls
+// (model/families/*.cpp), so a new device is one implementation of this interface, and a new
+// family touches no kernel. The CPU backend (cpu_backend.h) runs them with kvlm's kernels on its
+// context's pool; the Context owns its backend.
+//
+// KV rows are stored by the caches themselves (kv/), whose pages the context's device holds;
+// attention reads them through the batch's metadata (attention_batch.h), never through a call
+// back into a cache.
+#pragma once
+#include <cstddef>
+
+#include "core/buffer.h"
+#include "kernels/attention_batch.h"
+#include "kernels/dtype.h"
+#include "kernels/linear.h"
+
+namespace kvlm {
+
+// A table of rows (token or position embeddings) as stored: f32, or another dtype's rows of
+// row_bytes each, widened per looked-up row.
+struct EmbeddingRows {
+  DType type = DType::F32;
+  const void* data = nullptr;
+  size_t row_bytes = 0;
+  int width = 0;
+};
+
+// Rotary embedding of head vectors: pairs (2i, 2i+1) or (i, i + d/2), inverse frequency per pair.
+struct RopeSpec {
+  bool adjacent_pairs = false;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  int head_dim = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+
+  // out[t] = table row ids[t] (widened to f32), for n ids.
+  virtual void embed(const EmbeddingRows& table, const int* ids, int n, float* out) = 0;
+  // Norms of n rows of `width` values; bias may be null.
+  virtual void rms_norm(const float* x, const float* w, float* out, int n, int width, float eps) = 0;
+  virtual void layer_norm(const float* x, const float* w, const float* bias, float* out, int n, int width,
+                          float eps) = 0;
+  // y[n][w.out] = x[n][w.in] * W^T (+ b), in the matrix's own type.
+  virtual void linear(const Linear& w, const float* x, int n, float* y) = 0;
+  // y[n][out] = x[n][in] * W^T for a plain f32 matrix (a head tied to an f32 embedding table).
+  virtual void matmul_f32(const float* w, int out, int in, const float* x, int n, float* y) = 0;
+  // Rotates n rows of n_heads head vectors, row t at position pos[t].
+  virtual void rope(const RopeSpec& r, float* x, int n, int n_heads, const int* pos) = 0;
+  // Causal attention of the batch's new rows over their caches and themselves.
+  virtual void attention(const AttentionBatch& b) = 0;
+  // h = silu(h) * up (SwiGLU); h = gelu_tanh(h).
+  virtual void silu_mul(float* h, const float* up, int n, int width) = 0;
+  virtual void gelu_tanh(float* h, int n, int width) = 0;
+  // x += y over n rows.
+  virtual void add(float* x, const float* y, int n, int width) = 0;
+};
+
+}  // namespace kvlm

@@ -1,0 +1,71 @@
+#include "model/blocks.h"
+
+#include <algorithm>
+
+namespace kvlm::blocks {
+
+void embed(ForwardStep& s, const Model& m, float* x, float* pos) {
+  const ModelConfig& c = m.cfg;
+  const int n = s.rows();
+  s.ops.embed(m.token_rows(), s.tokens.data(), n, x);
+  if (!c.learned_positions) return;
+  s.ops.embed(EmbeddingRows{DType::F32, m.pos_emb.data(), c.dim * sizeof(float), c.dim}, s.positions.data(), n, pos);
+  s.ops.add(x, pos, n, c.dim);
+}
+
+void rope(ForwardStep& s, const Model& m, float* x, int n_heads) {
+  if (m.rope.kind == RopeKind::None) return;
+  RopeSpec r{m.rope.kind == RopeKind::AdjacentPairs, m.rope.inv_freq.data(), m.rope.head_dim};
+  s.ops.rope(r, x, s.rows(), n_heads, s.positions.data());
+}
+
+void qkv(ForwardStep& s, const LayerWeights& L, const float* xn, float* q, float* k, float* v) {
+  s.ops.linear(L.wq, xn, s.rows(), q);
+  s.ops.linear(L.wk, xn, s.rows(), k);
+  s.ops.linear(L.wv, xn, s.rows(), v);
+}
+
+AttentionParams attention_params(const ModelConfig& c, int layer) {
+  return AttentionParams{layer, c.n_heads, c.n_kv_heads, c.head_dim, c.layer_attn_scale(layer), c.layer_window[layer]};
+}
+
+void swiglu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* gate, float* up, float* out) {
+  s.ops.linear(L.w_gate, xn, s.rows(), gate);
+  s.ops.linear(L.w_up, xn, s.rows(), up);
+  s.ops.silu_mul(gate, up, s.rows(), L.w_up.out);
+  s.ops.linear(L.w_down, gate, s.rows(), out);
+}
+
+void gelu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* h, float* out) {
+  s.ops.linear(L.w_up, xn, s.rows(), h);
+  s.ops.gelu_tanh(h, s.rows(), L.w_up.out);
+  s.ops.linear(L.w_down, h, s.rows(), out);
+}
+
+namespace {
+
+void logits(ForwardStep& s, const Model& m, const float* xn, int count) {
+  const ModelConfig& c = m.cfg;
+  float* out = s.logits(count, c.vocab_size);
+  if (m.lm_head.out == 0)  // tied, f32: read the embedding table itself
+    s.ops.matmul_f32(m.tok_emb.data(), c.vocab_size, c.dim, xn, count, out);
+  else
+    s.ops.linear(m.lm_head, xn, count, out);
+}
+
+}  // namespace
+
+void rms_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b) {
+  const int count = s.output_rows(x, m.cfg.dim, a);
+  s.ops.rms_norm(a, m.final_norm.data(), b, count, m.cfg.dim, m.cfg.norm_eps);
+  logits(s, m, b, count);
+}
+
+void layer_norm_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b) {
+  const int count = s.output_rows(x, m.cfg.dim, a);
+  const float* bias = m.final_norm_bias.empty() ? nullptr : m.final_norm_bias.data();
+  s.ops.layer_norm(a, m.final_norm.data(), bias, b, count, m.cfg.dim, m.cfg.norm_eps);
+  logits(s, m, b, count);
+}
+
+}  // namespace kvlm::blocks

@@ -1,0 +1,29 @@
+// The pieces families share when they build their forward from the backend's ops, as
+// llama.cpp's graph helpers (build_norm, build_attn, build_ffn) serve its src/models/*.cpp.
+// Each is a few op calls; a family whose layer differs calls the ops itself instead.
+#pragma once
+#include "model/forward_step.h"
+#include "model/model.h"
+
+namespace kvlm::blocks {
+
+// x [rows][dim] = the tokens' embeddings, plus their learned positions where the model has them
+// (looked up into pos, scratch [rows][dim]).
+void embed(ForwardStep& s, const Model& m, float* x, float* pos);
+// The model's rotary embedding on x [rows][n_heads * head_dim]; nothing without RoPE.
+void rope(ForwardStep& s, const Model& m, float* x, int n_heads);
+// The query, key and value projections of xn [rows][dim].
+void qkv(ForwardStep& s, const LayerWeights& L, const float* xn, float* q, float* k, float* v);
+// Layer `layer`'s attention shape, score scale and window from the config.
+AttentionParams attention_params(const ModelConfig& c, int layer);
+// out = down(silu(gate(xn)) * up(xn)); gate and up are scratch [rows][hidden].
+void swiglu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* gate, float* up, float* out);
+// out = down(gelu_tanh(up(xn))); h is scratch [rows][hidden].
+void gelu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* h, float* out);
+// The output rows of x, through the final norm (RMSNorm, or LayerNorm with its bias) and the LM
+// head (the f32 embedding table itself when tied) into the step's logits. a, b: scratch
+// [rows][dim].
+void rms_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b);
+void layer_norm_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b);
+
+}  // namespace kvlm::blocks

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Fixtures for the model families added on the forward-from-ops design: a tiny random Hugging Face
+model per case (every parameter random, norms and biases included; config keys off their
+defaults), HF's float64 reference (make_fixtures.record_reference), and GGUF files written by
+llama.cpp's own converter (convert_hf_to_gguf.py from llama-cpp-python's source distribution) in
+F32 and Q8_0. The tiny models have no real tokenizer, so the converter's vocabulary step is
+replaced by its own _set_vocab_none: tensors and arithmetic metadata are the converter's.
+
+Run in a venv with torch, transformers, numpy and sentencepiece (not needed by CI: the outputs
+are committed):
+    ~/venv/bin/python tools/make_family_fixtures.py tests/fixtures \
+        --llama-cpp /root/dl/llama_cpp_python-0.3.36/vendor/llama.cpp
+"""
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+
+if len(sys.argv) == 5 and sys.argv[1] == "--convert":  # the converter's own gguf-py, not PyPI's
+    sys.path[:0] = [sys.argv[4], os.path.join(sys.argv[4], "gguf-py")]
+
+import torch  # noqa: E402
+import transformers as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_fixtures import randomize, record_reference  # noqa: E402
+
+COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+              max_position_embeddings=128, initializer_range=0.1, bos_token_id=1, eos_token_id=2)
+
+
+def cases():
+    """name -> (config, GGUF types the converter writes)."""
+    # head_dim 24 is not hidden/heads (16); theta, eps and the biases are off their defaults.
+    yield "qwen3_tiny", tf.Qwen3Config(num_key_value_heads=2, head_dim=24, rope_theta=5000.0, rms_norm_eps=1e-5,
+                                       attention_bias=True, tie_word_embeddings=False, **COMMON), ("f32", "q8_0")
+    # Layer 1 slides over 8 positions (the 64-token sequence runs far past it). llama.cpp's qwen3
+    # has no windows and its converter drops them, so this case is HF only.
+    yield "qwen3_window", tf.Qwen3Config(num_key_value_heads=1, use_sliding_window=True, sliding_window=8,
+                                         max_window_layers=1, tie_word_embeddings=True, **COMMON), ()
+
+
+def convert(llama_cpp, d, outtype):
+    """convert_hf_to_gguf.py, run in-process so its vocabulary step can be swapped for none."""
+    conv = importlib.import_module("convert_hf_to_gguf")
+    base = importlib.import_module("conversion.base")
+    none = base.TextModel._set_vocab_none
+    for step in ("set_vocab", "_set_vocab_gpt2", "_set_vocab_qwen", "_set_vocab_sentencepiece", "_set_vocab_llama_hf"):
+        setattr(base.TextModel, step, none)
+    out = os.path.join(d, f"model-{outtype.upper()}.gguf")
+    argv = sys.argv
+    sys.argv = ["convert_hf_to_gguf.py", d, "--outtype", outtype, "--outfile", out]
+    try:
+        conv.main()
+    finally:
+        sys.argv = argv
+    print(f"  wrote {out} ({os.path.getsize(out)} bytes)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--llama-cpp", required=True)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    for name, cfg, ggufs in cases():
+        if a.only and name not in a.only.split(","):
+            continue
+        torch.manual_seed(1234)
+        cfg._attn_implementation = "eager"
+        model = tf.AutoModelForCausalLM.from_config(cfg).eval()
+        randomize(model)
+        d = os.path.join(a.out, name)
+        model.save_pretrained(d, safe_serialization=True)
+        if os.path.exists(os.path.join(d, "generation_config.json")):
+            os.remove(os.path.join(d, "generation_config.json"))
+        record_reference(name, model, d)
+        for t in ggufs:  # a fresh process per file: the converter keeps module state
+            subprocess.run([sys.executable, __file__, "--convert", d, t, a.llama_cpp], check=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--convert":
+        convert(sys.argv[4], sys.argv[2], sys.argv[3])
+    else:
+        main()
