@@ -89,7 +89,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Conformance,
                                            // Families built on the forward-from-ops design, GGUF
                                            // files from llama.cpp's own converter:
                                            Case{"qwen3_tiny", ""}, Case{"qwen3_tiny", "model-F32.gguf"},
-                                           Case{"qwen3_window", ""}),
+                                           Case{"qwen3_window", ""}, Case{"smollm3_tiny", ""},
+                                           Case{"smollm3_tiny", "model-F32.gguf"}, Case{"smollm3_window", ""}),
                          case_name);
 
 // fp16 weights run as fp16 (F16C in the kernel), never narrowed to bf16 unless asked: the error
@@ -116,20 +117,33 @@ TEST(HalfPrecision, F16StaysF16AndBeatsBf16) {
   }
 }
 
-// Q8_0 weights: not exact, so report the error and require top-1 agreement on >= 95% of positions.
-TEST(ConformanceQ8, TopOneAgreesOnAtLeast95Percent) {
-  for (const char* fixture : {"llama_tiny", "gpt2_tiny", "qwen3_tiny"}) {
+// Q8_0 weights: not exact. Measured logit errors are 0.05-0.17 against float64 over the f32
+// weights, so top-1 must agree wherever the reference's top-2 gap is 0.5 or more and on 85% of
+// all positions (random tiny models have many near ties), and no logit may be off by 0.5.
+TEST(ConformanceQ8, TopOneAgreesWhereTheReferenceIsClear) {
+  for (const char* fixture : {"llama_tiny", "gpt2_tiny", "qwen3_tiny", "smollm3_tiny"}) {
     std::string dir = test::fixtures_dir() + "/" + fixture;
     Expected x = expected(dir);
     auto m = load_model(dir + "/model-Q8_0.gguf");
     const int V = m->cfg.vocab_size, n = static_cast<int>(x.seq.size());
     auto [prefill, decode] = both_paths(*m, x.seq);
-    int agree = 0;
-    for (int t = 0; t < n; ++t)
-      agree += Sampler::argmax(&prefill[t * V], V) == Sampler::argmax(&x.logits[t * V], V);
+    int agree = 0, clear = 0, clear_agree = 0;
+    for (int t = 0; t < n; ++t) {
+      const float* ref = &x.logits[t * V];
+      const int top = Sampler::argmax(ref, V);
+      float second = -INFINITY;
+      for (int i = 0; i < V; ++i)
+        if (i != top) second = std::max(second, ref[i]);
+      const bool same = Sampler::argmax(&prefill[t * V], V) == top;
+      agree += same;
+      if (ref[top] - second >= 0.5f) ++clear, clear_agree += same;
+    }
     float err = test::max_abs_diff(prefill, x.logits);
-    std::printf("[ measured ] %s Q8_0: top-1 agreement %d/%d, max-abs logit error %.4f\n", fixture, agree, n, err);
-    EXPECT_GE(agree, static_cast<int>(std::ceil(0.95 * n))) << fixture;
+    std::printf("[ measured ] %s Q8_0: top-1 agreement %d/%d (%d/%d where the gap is >= 0.5), max-abs logit error %.4f\n",
+                fixture, agree, n, clear_agree, clear, err);
+    EXPECT_EQ(clear_agree, clear) << fixture;
+    EXPECT_GE(agree, static_cast<int>(std::ceil(0.85 * n))) << fixture;
+    EXPECT_LE(err, 0.5f) << fixture;
     EXPECT_LE(test::max_abs_diff(decode, prefill), 1e-5f) << "cache vs prefill";
   }
 }

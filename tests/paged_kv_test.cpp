@@ -69,7 +69,8 @@ TEST(PagedKv, EqualsContiguousOnStories260K) {
 }
 
 TEST(PagedKv, EqualsContiguousOnConformanceFixtures) {
-  for (const char* f : {"gpt2_tiny", "gptneo_tiny", "llama_tiny", "mistral_tiny", "qwen2_tiny", "qwen3_tiny", "qwen3_window"}) {
+  for (const char* f : {"gpt2_tiny", "gptneo_tiny", "llama_tiny", "mistral_tiny", "qwen2_tiny", "qwen3_tiny", "qwen3_window",
+                        "smollm3_tiny", "smollm3_window"}) {
     std::string dir = test::fixtures_dir() + "/" + f;
     json e = json::parse(test::read_file(dir + "/expected.json"));
     std::vector<int> ids = e["prompt_ids"].get<std::vector<int>>();

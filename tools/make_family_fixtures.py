@@ -39,6 +39,13 @@ def cases():
     # has no windows and its converter drops them, so this case is HF only.
     yield "qwen3_window", tf.Qwen3Config(num_key_value_heads=1, use_sliding_window=True, sliding_window=8,
                                          max_window_layers=1, tie_word_embeddings=True, **COMMON), ()
+    # Layer 3 of 4 has no positional encoding (llama.cpp's smollm3 assumes every 4th).
+    layers4 = dict(COMMON, num_hidden_layers=4, pad_token_id=0)
+    yield "smollm3_tiny", tf.SmolLM3Config(num_key_value_heads=2, rope_theta=20000.0, rms_norm_eps=1e-5,
+                                           tie_word_embeddings=False, **layers4), ("f32", "q8_0")
+    # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
+    yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
+                                             sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()
 
 
 def convert(llama_cpp, d, outtype):

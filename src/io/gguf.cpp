@@ -179,6 +179,7 @@ const std::string& GgufValue::as_string(const std::string& key) const {
 }
 
 const GgufValue& GgufFile::get(const std::string& key) const {
+  read_keys.insert(key);
   auto it = meta.find(key);
   if (it == meta.end()) fail(path, ": missing GGUF metadata key '", key, "'");
   return it->second;

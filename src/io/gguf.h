@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -41,8 +42,14 @@ struct GgufFile {
   std::vector<std::string> tensor_order;  // tensor names as the file lists them
   std::string path;
 
-  bool has(const std::string& key) const { return meta.count(key) != 0; }
+  // Both note the key as read: a loader refuses the "<arch>." keys nobody read (they may change
+  // the arithmetic), so a family honours a key by reading it.
+  bool has(const std::string& key) const {
+    read_keys.insert(key);
+    return meta.count(key) != 0;
+  }
   const GgufValue& get(const std::string& key) const;  // throws naming the key
+  mutable std::set<std::string> read_keys;
 };
 
 std::unique_ptr<GgufFile> read_gguf(const std::string& path);

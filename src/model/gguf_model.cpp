@@ -42,8 +42,9 @@ std::string hf_name(const std::string& n, const GgufNames& names) {
   return n;
 }
 
-// Every "<arch>." key llama.cpp may write for the supported architectures, and what kvlm does
-// with it. A key outside this list is refused by name: it may change the arithmetic.
+// The "<arch>." keys llama.cpp writes for every supported architecture, read here or harmless.
+// Any other key is refused by name unless the family's reader read it (GgufFile notes reads):
+// it may change the arithmetic.
 const char* const kKnownArchKeys[] = {
     "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
     "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
@@ -58,6 +59,7 @@ void refuse_unknown_keys(const GgufFile& g, const std::string& prefix) {
     std::string rest = key.substr(prefix.size());
     bool known = false;
     for (const char* k : kKnownArchKeys) known = known || rest == k;
+    known = known || g.read_keys.count(key);
     if (!known) fail(g.path, ": GGUF metadata ", key, " is not supported (it may change the model's arithmetic)");
   }
 }
@@ -74,7 +76,6 @@ ModelConfig gguf_config(const GgufFile& g) {
   ModelConfig c;
   c.arch = family.name;
   const std::string p = std::string(family.gguf_arch) + ".";
-  refuse_unknown_keys(g, p);
   c.dim = gguf_int(g, p + "embedding_length", 1, 65536);
   c.n_layers = gguf_int(g, p + "block_count", 1, 1024);
   c.hidden_dim = gguf_int(g, p + "feed_forward_length", 1, 262144);
@@ -101,6 +102,7 @@ ModelConfig gguf_config(const GgufFile& g) {
   if (g.has("tokenizer.ggml.bos_token_id")) c.bos_id = gguf_int(g, "tokenizer.ggml.bos_token_id", 0, INT32_MAX);
   if (g.has("tokenizer.ggml.eos_token_id")) c.eos_id = gguf_int(g, "tokenizer.ggml.eos_token_id", 0, INT32_MAX);
   family.from_gguf(g, p, c);
+  refuse_unknown_keys(g, p);
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.validate(g.path);
   return c;

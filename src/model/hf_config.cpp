@@ -15,8 +15,8 @@ namespace {
 
 using nlohmann::json;
 
-// Keys some HF families use to change the arithmetic in ways kvlm does not implement. Present at
-// a value other than the neutral one, they are refused by name rather than silently ignored.
+// Keys some HF families use to change the arithmetic. Present at a value other than the neutral
+// one and not read by the model's family, they are refused by name rather than silently ignored.
 void refuse_unsupported_keys(const HfReader& r) {
   static const struct {
     const char* key;
@@ -30,7 +30,7 @@ void refuse_unsupported_keys(const HfReader& r) {
       {"use_parallel_residual", 0.0}, {"parallel_attn", 0.0}, {"scale_embedding", 0.0},
       {"use_mla", 0.0}, {"kv_lora_rank", NAN}, {"q_lora_rank", NAN}, {"attention_sink", 0.0}};
   for (const auto& k : keys) {
-    if (!r.has(k.key)) continue;
+    if (r.read_keys.count(k.key) || !r.has(k.key)) continue;
     const json& v = r.j[k.key];
     bool neutral = !std::isnan(k.neutral) && ((v.is_number() && v.get<double>() == k.neutral) ||
                                               (v.is_boolean() && static_cast<double>(v.get<bool>()) == k.neutral));
@@ -61,9 +61,9 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& label) {
   HfReader r{j, label};
   std::string type = r.string_or("model_type", "");
   if (type.empty()) fail(label, ": missing config key 'model_type'");
-  refuse_unsupported_keys(r);
   const Family& family = family_for_hf_type(type, label);
   ModelConfig c = family.from_hf(r);
+  refuse_unsupported_keys(r);
   check_architectures(r, family);
   if (c.attn_scale == 0.0f && c.head_dim > 0) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.validate(label);

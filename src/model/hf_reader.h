@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "core/error.h"
@@ -12,8 +13,14 @@ namespace kvlm {
 struct HfReader {
   const nlohmann::json& j;
   const std::string& label;
+  // Keys a family asked about: the keys that change arithmetic are refused unless the family
+  // read them (hf_config.cpp), so a family honours a key by reading it.
+  mutable std::set<std::string> read_keys = {};
 
-  bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
+  bool has(const char* key) const {
+    read_keys.insert(key);
+    return j.contains(key) && !j[key].is_null();
+  }
   int integer(const char* key) const {
     if (!has(key)) fail(label, ": missing config key '", key, "'");
     const nlohmann::json& v = j[key];
