@@ -43,6 +43,10 @@ def cases():
     layers4 = dict(COMMON, num_hidden_layers=4, pad_token_id=0)
     yield "smollm3_tiny", tf.SmolLM3Config(num_key_value_heads=2, rope_theta=20000.0, rms_norm_eps=1e-5,
                                            tie_word_embeddings=False, **layers4), ("f32", "q8_0")
+    # Every multiplier off 1 (and the score scale off 1/sqrt(head_dim)).
+    yield "granite_tiny", tf.GraniteConfig(num_key_value_heads=2, rope_theta=30000.0, rms_norm_eps=1e-5,
+                                           embedding_multiplier=3.0, residual_multiplier=0.7, attention_multiplier=0.3,
+                                           logits_scaling=2.5, tie_word_embeddings=False, **COMMON), ("f32", "q8_0")
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()

@@ -57,6 +57,8 @@ class Backend {
   virtual void gelu_tanh(float* h, int n, int width) = 0;
   // x += y over n rows.
   virtual void add(float* x, const float* y, int n, int width) = 0;
+  // x *= a over n rows.
+  virtual void scale(float* x, float a, int n, int width) = 0;
 };
 
 }  // namespace kvlm

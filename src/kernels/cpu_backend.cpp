@@ -87,4 +87,11 @@ void CpuBackend::add(float* x, const float* y, int n, int width) {
   });
 }
 
+void CpuBackend::scale(float* x, float a, int n, int width) {
+  const size_t W = static_cast<size_t>(width);
+  for_rows(ctx_.pool(), n, W, [&](int t) {
+    for (size_t i = t * W; i < (t + 1) * W; ++i) x[i] *= a;
+  });
+}
+
 }  // namespace kvlm

@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   void silu_mul(float* h, const float* up, int n, int width) override;
   void gelu_tanh(float* h, int n, int width) override;
   void add(float* x, const float* y, int n, int width) override;
+  void scale(float* x, float a, int n, int width) override;
 
  private:
   Context& ctx_;

@@ -44,28 +44,29 @@ void gelu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* h, 
 
 namespace {
 
-void logits(ForwardStep& s, const Model& m, const float* xn, int count) {
+Logits logits(ForwardStep& s, const Model& m, const float* xn, int count) {
   const ModelConfig& c = m.cfg;
   float* out = s.logits(count, c.vocab_size);
   if (m.lm_head.out == 0)  // tied, f32: read the embedding table itself
     s.ops.matmul_f32(m.tok_emb.data(), c.vocab_size, c.dim, xn, count, out);
   else
     s.ops.linear(m.lm_head, xn, count, out);
+  return {out, count};
 }
 
 }  // namespace
 
-void rms_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b) {
+Logits rms_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b) {
   const int count = s.output_rows(x, m.cfg.dim, a);
   s.ops.rms_norm(a, m.final_norm.data(), b, count, m.cfg.dim, m.cfg.norm_eps);
-  logits(s, m, b, count);
+  return logits(s, m, b, count);
 }
 
-void layer_norm_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b) {
+Logits layer_norm_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b) {
   const int count = s.output_rows(x, m.cfg.dim, a);
   const float* bias = m.final_norm_bias.empty() ? nullptr : m.final_norm_bias.data();
   s.ops.layer_norm(a, m.final_norm.data(), bias, b, count, m.cfg.dim, m.cfg.norm_eps);
-  logits(s, m, b, count);
+  return logits(s, m, b, count);
 }
 
 }  // namespace kvlm::blocks

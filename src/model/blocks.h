@@ -23,7 +23,12 @@ void gelu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* h, 
 // The output rows of x, through the final norm (RMSNorm, or LayerNorm with its bias) and the LM
 // head (the f32 embedding table itself when tied) into the step's logits. a, b: scratch
 // [rows][dim].
-void rms_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b);
-void layer_norm_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b);
+// Both return the logits: [rows][vocab].
+struct Logits {
+  float* data;
+  int rows;
+};
+Logits rms_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b);
+Logits layer_norm_head(ForwardStep& s, const Model& m, const float* x, float* a, float* b);
 
 }  // namespace kvlm::blocks

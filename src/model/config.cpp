@@ -30,6 +30,8 @@ void ModelConfig::validate(const std::string& source) const {
   need(eos_id >= 0 && eos_id < vocab_size, "eos_token_id must be a token id inside the vocabulary");
   need(bos_id >= 0 && bos_id < vocab_size, "bos_token_id must be a token id inside the vocabulary");
   need(std::isfinite(attn_scale) && attn_scale > 0.0f, "attention scale must be a positive finite number");
+  need(std::isfinite(embedding_scale) && std::isfinite(residual_scale), "embedding and residual multipliers must be finite");
+  need(std::isfinite(logit_divisor) && logit_divisor > 0.0f, "the logits' divisor must be a positive finite number");
   // GPT-2 and GPT-Neo project q, k and v from the residual with square matrices: heads must tile it.
   if (learned_positions) {
     need(q_dim() == dim, "the head count must divide the width (n_heads x head_dim must equal dim)");

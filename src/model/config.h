@@ -39,6 +39,9 @@ struct ModelConfig {
   // (llama2.c and GGUF, whose metadata has no such key).
   int qkv_bias = -1, o_bias = -1, mlp_bias = -1;
   bool qk_norm = false;  // a per-head RMSNorm of queries and keys before RoPE (Qwen3)
+  // Granite's multipliers: on the embeddings, on each block's output before its residual add, and
+  // logits divided by logit_divisor (1 = none).
+  float embedding_scale = 1.0f, residual_scale = 1.0f, logit_divisor = 1.0f;
   std::vector<int> layer_rope;  // [n_layers]: 0 = no positional encoding in that layer (SmolLM3); empty: all rotate
   std::vector<int> layer_window;   // [n_layers]: 0 = global, W = attend to the last W positions (self included)
   bool tied_embeddings = true;

@@ -103,7 +103,7 @@ ModelConfig gguf_config(const GgufFile& g) {
   if (g.has("tokenizer.ggml.eos_token_id")) c.eos_id = gguf_int(g, "tokenizer.ggml.eos_token_id", 0, INT32_MAX);
   family.from_gguf(g, p, c);
   refuse_unknown_keys(g, p);
-  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.attn_scale == 0.0f) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.validate(g.path);
   return c;
 }
