@@ -47,6 +47,14 @@ def cases():
     yield "granite_tiny", tf.GraniteConfig(num_key_value_heads=2, rope_theta=30000.0, rms_norm_eps=1e-5,
                                            embedding_multiplier=3.0, residual_multiplier=0.7, attention_multiplier=0.3,
                                            logits_scaling=2.5, tie_word_embeddings=False, **COMMON), ("f32", "q8_0")
+    yield "olmo2_tiny", tf.Olmo2Config(num_key_value_heads=2, rope_theta=40000.0, rms_norm_eps=1e-5,
+                                       tie_word_embeddings=False, **dict(COMMON, pad_token_id=0)), ("f32", "q8_0")
+    # transformers' default OLMo 3 pattern: layers 0-2 slide over 12 positions, layer 3 is global.
+    # Sliding and full layers with their own RoPE bases.
+    yield "olmo3_tiny", tf.Olmo3Config(num_key_value_heads=1, sliding_window=12, rms_norm_eps=1e-6,
+                                       rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 3000.0},
+                                                        "full_attention": {"rope_type": "default", "rope_theta": 70000.0}},
+                                       tie_word_embeddings=True, **layers4), ("f32",)
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()

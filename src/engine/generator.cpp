@@ -40,6 +40,8 @@ Generation::Generation(const Model& m, std::vector<int> prompt, const GenerateOp
          sinks ? opt.window : ctx, " tokens");
   if (sinks && opt.use_kv_cache && opt.kv_dtype != DType::F32)  // the sink cache moves and re-rotates f32 rows
     fail("attention sinks need f32 KV pages, not ", dtype_name(opt.kv_dtype));
+  if (sinks && opt.use_kv_cache && (m.cfg.rope_local_theta > 0 || !m.cfg.layer_rope.empty()))
+    fail("attention sinks re-rotate keys with one RoPE for every layer; this model's layers differ in RoPE");
   total_ = static_cast<int>(std::min<long>(ctx, static_cast<long>(seq_.size()) + opt.max_new_tokens));
   sampler_ = std::make_unique<Sampler>(opt.sampling);
   // With the cache on, one cache lives for the whole run. With it off, every step starts an

@@ -13,9 +13,10 @@ void embed(ForwardStep& s, const Model& m, float* x, float* pos) {
   s.ops.add(x, pos, n, c.dim);
 }
 
-void rope(ForwardStep& s, const Model& m, float* x, int n_heads) {
-  if (m.rope.kind == RopeKind::None) return;
-  RopeSpec r{m.rope.kind == RopeKind::AdjacentPairs, m.rope.inv_freq.data(), m.rope.head_dim};
+void rope(ForwardStep& s, const Model& m, int layer, float* x, int n_heads) {
+  const RopeTable& t = m.rope_of_layer(layer);
+  if (t.kind == RopeKind::None) return;
+  RopeSpec r{t.kind == RopeKind::AdjacentPairs, t.inv_freq.data(), t.head_dim};
   s.ops.rope(r, x, s.rows(), n_heads, s.positions.data());
 }
 

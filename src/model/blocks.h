@@ -10,8 +10,8 @@ namespace kvlm::blocks {
 // x [rows][dim] = the tokens' embeddings, plus their learned positions where the model has them
 // (looked up into pos, scratch [rows][dim]).
 void embed(ForwardStep& s, const Model& m, float* x, float* pos);
-// The model's rotary embedding on x [rows][n_heads * head_dim]; nothing without RoPE.
-void rope(ForwardStep& s, const Model& m, float* x, int n_heads);
+// Layer `layer`'s rotary embedding on x [rows][n_heads * head_dim]; nothing without RoPE.
+void rope(ForwardStep& s, const Model& m, int layer, float* x, int n_heads);
 // The query, key and value projections of xn [rows][dim].
 void qkv(ForwardStep& s, const LayerWeights& L, const float* xn, float* q, float* k, float* v);
 // Layer `layer`'s attention shape, score scale and window from the config.

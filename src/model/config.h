@@ -11,6 +11,7 @@ namespace kvlm {
 enum class NormKind { RMSNorm, LayerNorm };
 enum class RopeKind { None, AdjacentPairs, RotateHalf };  // llama2.c/GGUF vs Hugging Face
 enum class MlpKind { SwiGLU, GeluTanh };
+enum class QkNorm { None, PerHead, Whole };
 
 struct ModelConfig {
   std::string arch;  // "llama", "mistral", "qwen2", "gpt2", "gpt_neo"
@@ -38,10 +39,18 @@ struct ModelConfig {
   // Which projections carry a bias, as the config says: 1 yes, 0 no, -1 look at the file's tensors
   // (llama2.c and GGUF, whose metadata has no such key).
   int qkv_bias = -1, o_bias = -1, mlp_bias = -1;
-  bool qk_norm = false;  // a per-head RMSNorm of queries and keys before RoPE (Qwen3)
+  // An RMSNorm of queries and keys before RoPE: per head of head_dim values (Qwen3, Gemma 3), or
+  // over all heads at once (OLMo 2).
+  QkNorm qk_norm = QkNorm::None;
+  // Where a block's norms sit: before attention and the MLP (input_norms; every family but OLMo 2),
+  // and on their outputs before the residual add (output_norms: OLMo 2, Gemma 2/3).
+  bool input_norms = true, output_norms = false;
   // Granite's multipliers: on the embeddings, on each block's output before its residual add, and
   // logits divided by logit_divisor (1 = none).
   float embedding_scale = 1.0f, residual_scale = 1.0f, logit_divisor = 1.0f;
+  // The RoPE base of the sliding-window layers where it differs from rope_theta (Gemma 3's local
+  // layers, OLMo 3's); those layers take no rope scaling. 0: one table for every layer.
+  float rope_local_theta = 0.0f;
   std::vector<int> layer_rope;  // [n_layers]: 0 = no positional encoding in that layer (SmolLM3); empty: all rotate
   std::vector<int> layer_window;   // [n_layers]: 0 = global, W = attend to the last W positions (self included)
   bool tied_embeddings = true;

@@ -18,7 +18,8 @@ namespace kvlm {
 struct LayerWeights {
   Buffer<float> attn_norm, attn_norm_bias;        // [dim]; bias only for LayerNorm
   Linear wq, wk, wv, wo;                         // wq [q_dim][dim], wk/wv [kv_dim][dim], wo [dim][q_dim]
-  Buffer<float> q_norm, k_norm;                   // [head_dim]: per-head RMSNorm before RoPE (cfg.qk_norm)
+  Buffer<float> q_norm, k_norm;                   // [head_dim] or [q_dim] / [kv_dim]: cfg.qk_norm
+  Buffer<float> post_attn_norm, post_mlp_norm;    // [dim]: cfg.output_norms
   Buffer<float> mlp_norm, mlp_norm_bias;          // [dim]
   Linear w_gate;                                 // [hidden][dim], SwiGLU only
   Linear w_up;                                   // [hidden][dim]
@@ -35,6 +36,11 @@ struct Model {
   Buffer<float> final_norm, final_norm_bias;  // [dim]
   Linear lm_head;                              // [vocab][dim]; empty when tied to tok_emb
   RopeTable rope;                              // RoPE inverse frequencies (none without RoPE)
+  RopeTable rope_local;                        // the sliding layers' table when cfg.rope_local_theta is set
+  // The table layer l rotates with.
+  const RopeTable& rope_of_layer(int l) const {
+    return cfg.rope_local_theta > 0 && cfg.layer_window[l] > 0 ? rope_local : rope;
+  }
   DType stored_format = DType::F32;  // the type the matrices were bound in (f32 where the file's type does not run)
   // The matrices' type as given: the file's (Q4_K stays Q4_K), or the one --weights asked for.
   // It picks the KV type "auto" (auto_kv_dtype).

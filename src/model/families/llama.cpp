@@ -154,8 +154,8 @@ void forward_llama(ForwardStep& s, const Model& m) {
     const LayerWeights& L = m.layers[l];
     s.ops.rms_norm(x, L.attn_norm.data(), xn, n, c.dim, c.norm_eps);
     blocks::qkv(s, L, xn, q, k, v);
-    blocks::rope(s, m, q, c.n_heads);
-    blocks::rope(s, m, k, c.n_kv_heads);
+    blocks::rope(s, m, l, q, c.n_heads);
+    blocks::rope(s, m, l, k, c.n_kv_heads);
     s.attention(blocks::attention_params(c, l), q, k, v, att);
     s.ops.linear(L.wo, att, n, tmp);
     s.ops.add(x, tmp, n, c.dim);

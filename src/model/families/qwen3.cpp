@@ -12,14 +12,14 @@ ModelConfig qwen3_from_hf(const HfReader& r) {
   ModelConfig c = qwen2_like_from_hf(r, "qwen3");
   c.qkv_bias = c.o_bias = r.boolean_or("attention_bias", false);
   c.mlp_bias = 0;
-  c.qk_norm = true;
+  c.qk_norm = QkNorm::PerHead;
   return c;
 }
 
 void qwen3_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
   llama_like_from_gguf(g, p, c);
   c.rope = RopeKind::RotateHalf;
-  c.qk_norm = true;
+  c.qk_norm = QkNorm::PerHead;
 }
 
 void bind_qwen3(const TensorSource& s, Model& m, TensorLayout layout) {
@@ -52,8 +52,8 @@ void forward_qwen3(ForwardStep& s, const Model& m) {
     // Every head of every row is one RMSNorm row of head_dim values, in place.
     s.ops.rms_norm(q, L.q_norm.data(), q, n * c.n_heads, c.head_dim, c.norm_eps);
     s.ops.rms_norm(k, L.k_norm.data(), k, n * c.n_kv_heads, c.head_dim, c.norm_eps);
-    blocks::rope(s, m, q, c.n_heads);
-    blocks::rope(s, m, k, c.n_kv_heads);
+    blocks::rope(s, m, l, q, c.n_heads);
+    blocks::rope(s, m, l, k, c.n_kv_heads);
     s.attention(blocks::attention_params(c, l), q, k, v, att);
     s.ops.linear(L.wo, att, n, tmp);
     s.ops.add(x, tmp, n, c.dim);
