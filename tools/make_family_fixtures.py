@@ -13,6 +13,7 @@ are committed):
 """
 import argparse
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -55,6 +56,22 @@ def cases():
                                        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 3000.0},
                                                         "full_attention": {"rope_type": "default", "rope_theta": 70000.0}},
                                        tie_word_embeddings=True, **layers4), ("f32",)
+    # Soft caps low enough to bite (scores and logits reach a few units here); 8-position windows
+    # on every other layer; query_pre_attn_scalar equal to head_dim (llama.cpp's GGUF reading
+    # derives the score scale from the model's size), and off it in the HF-only case. The Gemma 2
+    # converter writes no RoPE base (llama.cpp takes 10000), so only the HF-only case moves it.
+    gemma = dict(COMMON, pad_token_id=0, num_key_value_heads=2, head_dim=24, sliding_window=8, rms_norm_eps=1e-5)
+    yield "gemma2_tiny", tf.Gemma2Config(query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
+                                         final_logit_softcapping=5.0, **gemma), ("f32", "q8_0")
+    yield "gemma2_scalar", tf.Gemma2Config(query_pre_attn_scalar=40, attn_logit_softcapping=1.5,
+                                           final_logit_softcapping=4.0, rope_theta=20000.0,
+                                           **dict(gemma, num_hidden_layers=4)), ()
+    # Six layers: five slide with their own RoPE base, the sixth is global with linear scaling.
+    yield "gemma3_tiny", tf.Gemma3TextConfig(
+        query_pre_attn_scalar=24, rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0},
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 50000.0}},
+        **dict(gemma, num_hidden_layers=6)), ("f32", "q8_0")
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()
@@ -90,11 +107,19 @@ def main():
         cfg._attn_implementation = "eager"
         model = tf.AutoModelForCausalLM.from_config(cfg).eval()
         randomize(model)
+        if name.startswith("gemma"):  # Gemma's norms multiply by 1 + w: keep 1 + w in [0.5, 1.5) as elsewhere
+            with torch.no_grad():
+                for pname, p in model.named_parameters():
+                    if "norm" in pname:
+                        p.sub_(1.0)
         d = os.path.join(a.out, name)
         model.save_pretrained(d, safe_serialization=True)
         if os.path.exists(os.path.join(d, "generation_config.json")):
             os.remove(os.path.join(d, "generation_config.json"))
         record_reference(name, model, d)
+        # Gemma 3's converter trims the embedding rows to the tokenizer's vocabulary.
+        with open(os.path.join(d, "tokenizer.json"), "w") as f:
+            json.dump({"model": {"vocab": {f"<{i}>": i for i in range(cfg.vocab_size)}}, "added_tokens": []}, f)
         for t in ggufs:  # a fresh process per file: the converter keeps module state
             subprocess.run([sys.executable, __file__, "--convert", d, t, a.llama_cpp], check=True)
 

@@ -33,6 +33,7 @@ class BatchStep final : public ForwardStep {
     attn_.n_kv_heads = p.n_kv_heads;
     attn_.head_dim = p.head_dim;
     attn_.scale = p.scale;
+    attn_.softcap = p.softcap;
     attn_.window = p.window;
     attn_.q = q;
     attn_.k = k;

@@ -215,6 +215,7 @@ class Attender {
           scores(w, t, g, j0, a, std::min(j1, a + kPiece), int_scores, bf16_dp, w.s.data() + (g - g0) * s_per);
         }
       }
+      if (b_.softcap > 0) soft_cap(w.s.data(), g1 - g0, s_per, j1 - j0);
       for (int g = g0; g < g1; ++g) {
         AttnState a = st.at(g - g0);
         attn_update(a, w.s.data() + (g - g0) * s_per, kSpan, j1 - j0);
@@ -334,6 +335,16 @@ class Attender {
       const float* base = (values ? b_.v : b_.k) + static_cast<size_t>(row0 + j - pos0) * kv_dim_;
       fn(j - a, base + g * hd_, static_cast<size_t>(kv_dim_), b - j);
     }
+  }
+
+  // Gemma 2's soft cap on the first n scores of each query head of `heads` KV heads.
+  void soft_cap(float* s, int heads, size_t s_per, int n) const {
+    const float cap = b_.softcap;
+    for (int g = 0; g < heads; ++g)
+      for (int h = 0; h < group_; ++h) {
+        float* row = s + g * s_per + static_cast<size_t>(h) * kSpan;
+        for (int i = 0; i < n; ++i) row[i] = cap * std::tanh(row[i] / cap);
+      }
   }
 
   // Scores of positions [a, b) of the span from j0, KV head g's query heads, into s (the span's

@@ -54,6 +54,7 @@ struct AttentionRow {
 struct AttentionBatch {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;  // > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2)
   int window = 0;  // 0: every earlier position; W: the last W positions, self included
   const float* q = nullptr;  // [rows][n_heads * head_dim]
   const float* k = nullptr;  // [rows][n_kv_heads * head_dim], the new rows (not yet stored)

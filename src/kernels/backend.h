@@ -55,6 +55,10 @@ class Backend {
   // h = silu(h) * up (SwiGLU); h = gelu_tanh(h).
   virtual void silu_mul(float* h, const float* up, int n, int width) = 0;
   virtual void gelu_tanh(float* h, int n, int width) = 0;
+  // h = gelu_tanh(h) * up (GeGLU).
+  virtual void gelu_mul(float* h, const float* up, int n, int width) = 0;
+  // x = cap * tanh(x / cap) (soft-capped logits).
+  virtual void softcap(float* x, float cap, int n, int width) = 0;
   // x += y over n rows.
   virtual void add(float* x, const float* y, int n, int width) = 0;
   // x *= a over n rows.

@@ -1,6 +1,7 @@
 #include "kernels/cpu_backend.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/thread_pool.h"
 #include "kernels/context.h"
@@ -78,6 +79,21 @@ void CpuBackend::silu_mul(float* h, const float* up, int n, int width) {
 void CpuBackend::gelu_tanh(float* h, int n, int width) {
   const size_t W = static_cast<size_t>(width);
   for_rows(ctx_.pool(), n, W, [&](int t) { gelu_tanh_inplace(h + t * W, W); });
+}
+
+void CpuBackend::gelu_mul(float* h, const float* up, int n, int width) {
+  const size_t W = static_cast<size_t>(width);
+  for_rows(ctx_.pool(), n, W, [&](int t) {
+    gelu_tanh_inplace(h + t * W, W);
+    for (size_t i = t * W; i < (t + 1) * W; ++i) h[i] *= up[i];
+  });
+}
+
+void CpuBackend::softcap(float* x, float cap, int n, int width) {
+  const size_t W = static_cast<size_t>(width);
+  for_rows(ctx_.pool(), n, W, [&](int t) {
+    for (size_t i = t * W; i < (t + 1) * W; ++i) x[i] = cap * std::tanh(x[i] / cap);
+  });
 }
 
 void CpuBackend::add(float* x, const float* y, int n, int width) {

@@ -22,6 +22,8 @@ class CpuBackend final : public Backend {
   void attention(const AttentionBatch& b) override;
   void silu_mul(float* h, const float* up, int n, int width) override;
   void gelu_tanh(float* h, int n, int width) override;
+  void gelu_mul(float* h, const float* up, int n, int width) override;
+  void softcap(float* x, float cap, int n, int width) override;
   void add(float* x, const float* y, int n, int width) override;
   void scale(float* x, float a, int n, int width) override;
 

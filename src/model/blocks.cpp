@@ -27,7 +27,8 @@ void qkv(ForwardStep& s, const LayerWeights& L, const float* xn, float* q, float
 }
 
 AttentionParams attention_params(const ModelConfig& c, int layer) {
-  return AttentionParams{layer, c.n_heads, c.n_kv_heads, c.head_dim, c.layer_attn_scale(layer), c.layer_window[layer]};
+  return AttentionParams{layer,        c.n_heads,     c.n_kv_heads, c.head_dim, c.layer_attn_scale(layer),
+                         c.attn_softcap, c.layer_window[layer]};
 }
 
 void swiglu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* gate, float* up, float* out) {

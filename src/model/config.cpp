@@ -24,6 +24,8 @@ void ModelConfig::validate(const std::string& source) const {
   need(norm_eps > 0.0f && norm_eps < 1.0f, "norm_eps must be in (0, 1)");
   need(static_cast<int>(layer_window.size()) == n_layers, "layer_window needs one entry per layer");
   for (int w : layer_window) need(w >= 0, "window sizes must be >= 0");
+  need(std::isfinite(attn_softcap) && attn_softcap >= 0 && std::isfinite(final_softcap) && final_softcap >= 0,
+       "soft caps must be finite and >= 0");
   need(std::isfinite(rope_local_theta) && rope_local_theta >= 0, "the local RoPE base must be finite and >= 0");
   need(layer_rope.empty() || static_cast<int>(layer_rope.size()) == n_layers, "layer_rope needs one entry per layer");
   need(std::isfinite(norm_eps), "norm_eps must be finite");

@@ -48,6 +48,8 @@ struct ModelConfig {
   // Granite's multipliers: on the embeddings, on each block's output before its residual add, and
   // logits divided by logit_divisor (1 = none).
   float embedding_scale = 1.0f, residual_scale = 1.0f, logit_divisor = 1.0f;
+  // Gemma 2's soft caps: scores and final logits x become cap * tanh(x / cap); 0 = none.
+  float attn_softcap = 0.0f, final_softcap = 0.0f;
   // The RoPE base of the sliding-window layers where it differs from rope_theta (Gemma 3's local
   // layers, OLMo 3's); those layers take no rope scaling. 0: one table for every layer.
   float rope_local_theta = 0.0f;

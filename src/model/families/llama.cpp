@@ -30,8 +30,53 @@ ModelConfig llama_like_from_hf(const HfReader& r, const char* arch) {
   c.bos_id = r.integer_or("bos_token_id", 1);
   c.eos_id = r.integer_or("eos_token_id", 2);
   c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
+  read_hf_rope(r, c);
+  return c;
+}
+
+namespace {
+
+// One rope_parameters / rope_scaling object: theta and the scaling kvlm implements.
+void read_rope_object(const HfReader& s, ModelConfig& c, const char* key) {
+  c.rope_theta = s.number_or("rope_theta", c.rope_theta);
+  std::string type = s.string_or("rope_type", s.string_or("type", ""));
+  if (type == "default") type = "";
+  if (type != "" && type != "linear" && type != "llama3")
+    fail(s.label, ": unsupported rope scaling type '", type, "' in ", key, " (supported: linear, llama3)");
+  c.rope_scaling = type;
+  c.rope_factor = s.number_or("factor", 1.0f);
+  c.rope_low_freq_factor = s.number_or("low_freq_factor", 1.0f);
+  c.rope_high_freq_factor = s.number_or("high_freq_factor", 4.0f);
+  c.rope_original_max_pos = s.integer_or("original_max_position_embeddings", 8192);
+  if (!(c.rope_factor > 0) || !(c.rope_high_freq_factor > c.rope_low_freq_factor) || c.rope_original_max_pos <= 0)
+    fail(s.label, ": rope scaling values out of range");
+}
+
+// transformers >= 5 keys rope_parameters by layer type where they differ (Gemma 3, OLMo 3):
+// "full_attention" (theta and scaling) and "sliding_attention" (a base of its own, no scaling).
+void read_rope_by_layer_type(const HfReader& r, const nlohmann::json& rp, ModelConfig& c) {
+  for (const char* type : {"full_attention", "sliding_attention"})
+    if (rp.contains(type) && !rp[type].is_object()) fail(r.label, ": rope_parameters.", type, " must be an object");
+  if (rp.contains("full_attention")) read_rope_object(HfReader{rp["full_attention"], r.label}, c, "rope_parameters");
+  if (rp.contains("sliding_attention")) {
+    ModelConfig local = c;
+    read_rope_object(HfReader{rp["sliding_attention"], r.label}, local, "rope_parameters.sliding_attention");
+    if (!local.rope_scaling.empty())
+      fail(r.label, ": rope scaling on sliding layers is not supported (only their base, rope_theta)");
+    if (local.rope_theta != c.rope_theta) c.rope_local_theta = local.rope_theta;
+  }
+}
+
+}  // namespace
+
+void read_hf_rope(const HfReader& r, ModelConfig& c) {
   // transformers >= 5 nests theta and scaling in rope_parameters; older configs use
   // rope_theta plus rope_scaling.
+  if (r.has("rope_parameters") && r.j["rope_parameters"].is_object() &&
+      (r.j["rope_parameters"].contains("full_attention") || r.j["rope_parameters"].contains("sliding_attention"))) {
+    read_rope_by_layer_type(r, r.j["rope_parameters"], c);
+    return;
+  }
   const char* scaling_key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   // Both spellings at once must agree: one silently winning over the other hides a wrong model.
   if (r.has("rope_parameters") && r.has("rope_scaling") && r.j["rope_scaling"] != r.j["rope_parameters"])
@@ -42,21 +87,8 @@ ModelConfig llama_like_from_hf(const HfReader& r, const char* arch) {
   if (r.has(scaling_key)) {
     const nlohmann::json& rs = r.j[scaling_key];
     if (!rs.is_object()) fail(r.label, ": ", scaling_key, " must be an object");
-    HfReader s{rs, r.label};
-    c.rope_theta = s.number_or("rope_theta", c.rope_theta);
-    std::string type = s.string_or("rope_type", s.string_or("type", ""));
-    if (type == "default") type = "";
-    if (type != "" && type != "linear" && type != "llama3")
-      fail(r.label, ": unsupported rope scaling type '", type, "' (supported: linear, llama3)");
-    c.rope_scaling = type;
-    c.rope_factor = s.number_or("factor", 1.0f);
-    c.rope_low_freq_factor = s.number_or("low_freq_factor", 1.0f);
-    c.rope_high_freq_factor = s.number_or("high_freq_factor", 4.0f);
-    c.rope_original_max_pos = s.integer_or("original_max_position_embeddings", 8192);
-    if (!(c.rope_factor > 0) || !(c.rope_high_freq_factor > c.rope_low_freq_factor) || c.rope_original_max_pos <= 0)
-      fail(r.label, ": rope scaling values out of range");
+    read_rope_object(HfReader{rs, r.label}, c, scaling_key);
   }
-  return c;
 }
 
 void apply_layer_types(const HfReader& r, ModelConfig& c, int window) {

@@ -13,35 +13,8 @@ namespace kvlm {
 
 namespace {
 
-// transformers >= 5 may give each layer type its own RoPE (rope_parameters keyed by
-// "full_attention" / "sliding_attention"): each a base with no scaling (YaRN is refused).
-void read_olmo_rope(const HfReader& r, ModelConfig& c) {
-  if (!r.has("rope_parameters") || !r.j["rope_parameters"].is_object()) return;
-  const nlohmann::json& rp = r.j["rope_parameters"];
-  if (!rp.contains("full_attention") && !rp.contains("sliding_attention")) return;
-  auto theta_of = [&](const char* type) {
-    if (!rp.contains(type)) return c.rope_theta;
-    if (!rp[type].is_object()) fail(r.label, ": rope_parameters entries must be objects");
-    HfReader s{rp[type], r.label};
-    std::string kind = s.string_or("rope_type", "default");
-    if (kind != "default") fail(r.label, ": unsupported rope scaling type '", kind, "' for OLMo (supported: default)");
-    return s.number_or("rope_theta", c.rope_theta);
-  };
-  c.rope_theta = theta_of("full_attention");
-  const float local = theta_of("sliding_attention");
-  if (local != c.rope_theta) c.rope_local_theta = local;
-}
-
 ModelConfig olmo_from_hf(const HfReader& r, const char* arch, bool windows) {
-  // llama_like_from_hf reads a flat rope_parameters; the per-layer-type form is read here.
-  nlohmann::json flat = r.j;
-  if (flat.contains("rope_parameters") && flat["rope_parameters"].is_object() &&
-      (flat["rope_parameters"].contains("full_attention") || flat["rope_parameters"].contains("sliding_attention")))
-    flat.erase("rope_parameters");
-  HfReader base{flat, r.label};
-  ModelConfig c = llama_like_from_hf(base, arch);
-  r.read_keys.insert(base.read_keys.begin(), base.read_keys.end());
-  read_olmo_rope(r, c);
+  ModelConfig c = llama_like_from_hf(r, arch);
   c.qkv_bias = c.o_bias = r.boolean_or("attention_bias", false);
   c.mlp_bias = 0;
   c.qk_norm = QkNorm::Whole;
