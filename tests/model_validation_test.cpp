@@ -141,8 +141,8 @@ TEST(GgufRope, UnsupportedRopeKeysAreRefused) {
   };
   EXPECT_ERROR_HAS(load_model(with("yarn.gguf", [](Meta& m) { m["llama.rope.scaling.type"] = test::gguf_str("yarn"); })),
                    "rope.scaling.type 'yarn'");
-  EXPECT_ERROR_HAS(load_model(with("partial.gguf", [](Meta& m) { m["llama.rope.dimension_count"] = test::gguf_u32(8); })),
-                   "partial rotary");
+  EXPECT_ERROR_HAS(load_model(with("partial.gguf", [](Meta& m) { m["llama.rope.dimension_count"] = test::gguf_u32(9); })),
+                   "rope.dimension_count = 9 must be even");
   EXPECT_ERROR_HAS(load_model(with("attnf.gguf", [](Meta& m) { m["llama.rope.scaling.attn_factor"] = test::gguf_f32(0.5); })),
                    "attn_factor");
   EXPECT_ERROR_HAS(load_model(with("unknown.gguf", [](Meta& m) { m["llama.attention.clamp_kqv"] = test::gguf_f32(8); })),

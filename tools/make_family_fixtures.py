@@ -72,6 +72,10 @@ def cases():
             "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0},
             "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 50000.0}},
         **dict(gemma, num_hidden_layers=6)), ("f32", "q8_0")
+    # Half of each head rotates; one 8-position window for every layer.
+    yield "phi3_tiny", tf.Phi3Config(num_key_value_heads=2, partial_rotary_factor=0.5, sliding_window=8,
+                                     rope_theta=15000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                     **dict(COMMON, pad_token_id=0)), ("f32", "q8_0")
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()
@@ -84,6 +88,13 @@ def convert(llama_cpp, d, outtype):
     none = base.TextModel._set_vocab_none
     for step in ("set_vocab", "_set_vocab_gpt2", "_set_vocab_qwen", "_set_vocab_sentencepiece", "_set_vocab_llama_hf"):
         setattr(base.TextModel, step, none)
+    find = conv.get_model_class
+
+    def model_class(*args, **kwargs):  # families with a set_vocab of their own (Phi-3)
+        cls = find(*args, **kwargs)
+        cls.set_vocab = none
+        return cls
+    conv.get_model_class = model_class
     out = os.path.join(d, f"model-{outtype.upper()}.gguf")
     argv = sys.argv
     sys.argv = ["convert_hf_to_gguf.py", d, "--outtype", outtype, "--outfile", out]

@@ -26,11 +26,12 @@ struct EmbeddingRows {
   int width = 0;
 };
 
-// Rotary embedding of head vectors: pairs (2i, 2i+1) or (i, i + d/2), inverse frequency per pair.
+// Rotary embedding of head vectors: pairs (2i, 2i+1) or (i, i + d/2) among the first rot_dims
+// values of each head (the rest pass through), inverse frequency per pair.
 struct RopeSpec {
   bool adjacent_pairs = false;
-  const float* inv_freq = nullptr;  // [head_dim / 2]
-  int head_dim = 0;
+  const float* inv_freq = nullptr;  // [rot_dims / 2]
+  int head_dim = 0, rot_dims = 0;
 };
 
 class Backend {

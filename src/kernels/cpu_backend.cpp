@@ -55,16 +55,16 @@ void CpuBackend::matmul_f32(const float* w, int out, int in, const float* x, int
 
 void CpuBackend::rope(const RopeSpec& r, float* x, int n, int n_heads, const int* pos) {
   const size_t width = static_cast<size_t>(n_heads) * r.head_dim;
-  const int half = r.head_dim / 2;
+  const int half = r.rot_dims / 2;
   for_rows(ctx_.pool(), n, width, [&](int t) {
     float cs[512], sn[512];  // head_dim is validated to at most 1024
     rope_angles(pos[t], r.inv_freq, half, cs, sn);
     for (int h = 0; h < n_heads; ++h) {
       float* v = x + t * width + static_cast<size_t>(h) * r.head_dim;
       if (r.adjacent_pairs)
-        rope_adjacent(v, r.head_dim, cs, sn);
+        rope_adjacent(v, r.rot_dims, cs, sn);
       else
-        rope_rotate_half(v, r.head_dim, cs, sn);
+        rope_rotate_half(v, r.rot_dims, cs, sn);
     }
   });
 }

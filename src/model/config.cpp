@@ -27,6 +27,7 @@ void ModelConfig::validate(const std::string& source) const {
   need(std::isfinite(attn_softcap) && attn_softcap >= 0 && std::isfinite(final_softcap) && final_softcap >= 0,
        "soft caps must be finite and >= 0");
   need(std::isfinite(rope_local_theta) && rope_local_theta >= 0, "the local RoPE base must be finite and >= 0");
+  need(rope_dims >= 0 && rope_dims <= head_dim && rope_dims % 2 == 0, "rotary dimensions must be even and at most head_dim");
   need(layer_rope.empty() || static_cast<int>(layer_rope.size()) == n_layers, "layer_rope needs one entry per layer");
   need(std::isfinite(norm_eps), "norm_eps must be finite");
   // An EOS the model can never produce would make generation run to the length limit silently.
@@ -48,7 +49,7 @@ void ModelConfig::validate(const std::string& source) const {
              rope_high_freq_factor > rope_low_freq_factor,
          "rope high_freq_factor must exceed low_freq_factor");
     need(rope_original_max_pos > 0, "rope original_max_position_embeddings must be positive");
-    need(rope_freq_divisors.empty() || static_cast<int>(rope_freq_divisors.size()) == head_dim / 2,
+    need(rope_freq_divisors.empty() || static_cast<int>(rope_freq_divisors.size()) == rotary_dims() / 2,
          "rope_freqs needs head_dim/2 entries");
     for (float d : rope_freq_divisors)
       need(std::isfinite(d) && d > 0.0f, "rope_freqs entries must be positive finite numbers");

@@ -27,6 +27,7 @@ struct ModelConfig {
   NormKind norm = NormKind::RMSNorm;
   RopeKind rope = RopeKind::None;
   float rope_theta = 10000.0f;
+  int rope_dims = 0;  // dimensions of each head that rotate (partial rotary: StableLM, Phi-2); 0 = head_dim
   // rope_scaling: "" (none), "linear", or "llama3" (Llama 3.1's frequency-dependent rescaling).
   std::string rope_scaling;
   float rope_factor = 1.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
@@ -59,6 +60,7 @@ struct ModelConfig {
   int bos_id = 1, eos_id = 2;
 
   int q_dim() const { return n_heads * head_dim; }
+  int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
   // KV bytes one token costs in a cache with no windows: 2 x layers x kv_heads x head_dim x bytes.
   size_t kv_bytes_per_token(size_t bytes_per_element = 4) const {

@@ -47,6 +47,7 @@ Sha256Digest model_fingerprint(const Model& m, const std::string& source) {
   h.add(c.norm_eps).add(c.norm).add(c.rope).add(c.mlp).add(c.learned_positions).add(c.tied_embeddings).add(c.qk_norm).add(c.input_norms).add(c.output_norms);
   for (int l = 0; l < c.n_layers; ++l) h.add(c.layer_attn_scale(l)).add(c.layer_window[l]);
   for (int r : c.layer_rope) h.add(r);
+  h.add(c.rotary_dims());
   h.add(c.embedding_scale).add(c.residual_scale).add(c.logit_divisor).add(c.attn_softcap).add(c.final_softcap);
   h.add(m.rope.kind).update(m.rope.inv_freq.data(), m.rope.inv_freq.size() * sizeof(float));
   h.update(m.rope_local.inv_freq.data(), m.rope_local.inv_freq.size() * sizeof(float));

@@ -140,7 +140,7 @@ void Model::check_shapes(const std::string& source) const {
     lin(L.w_down, c.dim, c.hidden_dim, p + "down projection");
   }
   if (c.rope != RopeKind::None) {
-    need(rope.inv_freq.size(), static_cast<size_t>(c.head_dim / 2), "RoPE frequency table");
+    need(rope.inv_freq.size(), static_cast<size_t>(c.rotary_dims() / 2), "RoPE frequency table");
     for (float f : rope.inv_freq)
       if (!std::isfinite(f) || !(f > 0)) fail(source, ": RoPE frequencies are not finite positive numbers");
   }

@@ -10,10 +10,11 @@ RopeTable RopeTable::for_config(const ModelConfig& cfg) {
   RopeTable r;
   r.kind = cfg.rope;
   r.head_dim = cfg.head_dim;
+  r.rot_dims = cfg.rotary_dims();
   if (cfg.rope == RopeKind::None) return r;
   const double pi = 3.14159265358979323846;
-  for (int i = 0; i < cfg.head_dim / 2; ++i) {
-    double f = 1.0 / std::pow(static_cast<double>(cfg.rope_theta), (2.0 * i) / cfg.head_dim);
+  for (int i = 0; i < r.rot_dims / 2; ++i) {
+    double f = 1.0 / std::pow(static_cast<double>(cfg.rope_theta), (2.0 * i) / r.rot_dims);
     if (cfg.rope_scaling == "linear") {
       f /= cfg.rope_factor;
     } else if (cfg.rope_scaling == "llama3") {
@@ -37,15 +38,15 @@ RopeTable RopeTable::for_config(const ModelConfig& cfg) {
 
 void RopeTable::rotate_heads(float* heads, int n_heads, int pos) const {
   if (kind == RopeKind::None) return;
-  const int half = head_dim / 2;
+  const int half = rot_dims / 2;
   float cs[512], sn[512];  // head_dim is validated to at most 1024
   rope_angles(pos, inv_freq.data(), half, cs, sn);
   for (int h = 0; h < n_heads; ++h) {
     float* v = heads + static_cast<size_t>(h) * head_dim;
     if (kind == RopeKind::AdjacentPairs)
-      rope_adjacent(v, head_dim, cs, sn);
+      rope_adjacent(v, rot_dims, cs, sn);
     else
-      rope_rotate_half(v, head_dim, cs, sn);
+      rope_rotate_half(v, rot_dims, cs, sn);
   }
 }
 

@@ -11,7 +11,8 @@ namespace kvlm {
 struct RopeTable {
   RopeKind kind = RopeKind::None;
   int head_dim = 0;
-  std::vector<float> inv_freq;  // [head_dim/2]
+  int rot_dims = 0;             // the first rot_dims values of each head rotate (partial rotary)
+  std::vector<float> inv_freq;  // [rot_dims/2]
 
   static RopeTable for_config(const ModelConfig& c);
   // Rotates n_heads consecutive head vectors of one position (angles computed once); no-op

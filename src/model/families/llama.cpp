@@ -105,11 +105,10 @@ namespace {
 // the rotated width are honoured; YaRN, LongRoPE, attn_factor != 1 and partial rotation refused.
 void read_gguf_rope(const GgufFile& g, const std::string& p, ModelConfig& c) {
   c.rope_theta = static_cast<float>(gguf_float(g, p + "rope.freq_base", 10000.0));
-  if (g.has(p + "rope.dimension_count")) {
-    int n_rot = gguf_int(g, p + "rope.dimension_count", 0, 1 << 20);
-    if (n_rot != c.head_dim)
-      fail(g.path, ": ", p, "rope.dimension_count = ", n_rot, " rotates part of each head (head_dim ", c.head_dim,
-           "); partial rotary embeddings are not supported");
+  if (g.has(p + "rope.dimension_count")) {  // partial rotary where below head_dim
+    const int n_rot = gguf_int(g, p + "rope.dimension_count", 0, 1 << 20);
+    if (n_rot > c.head_dim || n_rot % 2) fail(g.path, ": ", p, "rope.dimension_count = ", n_rot, " must be even and at most head_dim ", c.head_dim);
+    c.rope_dims = n_rot == c.head_dim ? 0 : n_rot;
   }
   std::string type = g.has(p + "rope.scaling.type") ? g.get(p + "rope.scaling.type").as_string("rope.scaling.type") : "";
   double factor = gguf_float(g, p + "rope.scaling.factor", 0.0);
@@ -140,7 +139,7 @@ void llama_like_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& 
   read_gguf_rope(g, p, c);
   if (g.tensors.has("rope_freqs.weight")) {  // Llama 3 rope scaling, as llama.cpp stores it
     if (c.head_dim <= 0 || c.head_dim > 1024 || c.head_dim % 2) fail(g.path, ": head_dim ", c.head_dim, " is invalid");
-    const Buffer<float> divisors = g.tensors.read_f32("rope_freqs.weight", {c.head_dim / 2});
+    const Buffer<float> divisors = g.tensors.read_f32("rope_freqs.weight", {c.rotary_dims() / 2});
     c.rope_freq_divisors.assign(divisors.begin(), divisors.end());
   }
 }
