@@ -76,6 +76,12 @@ def cases():
     yield "phi3_tiny", tf.Phi3Config(num_key_value_heads=2, partial_rotary_factor=0.5, sliding_window=8,
                                      rope_theta=15000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
                                      **dict(COMMON, pad_token_id=0)), ("f32", "q8_0")
+    # 6 of each head's 16 values rotate; every bias random, the LM head's too; llama.cpp's
+    # converter assumes an MLP 4x wide, as Phi-2's is, and writes no RoPE base (10000).
+    phi = dict(COMMON, intermediate_size=256, num_key_value_heads=4, partial_rotary_factor=0.4, layer_norm_eps=1e-4,
+               tie_word_embeddings=False, hidden_act="gelu_new")
+    yield "phi2_tiny", tf.PhiConfig(**phi), ("f32", "q8_0")
+    yield "phi2_qknorm", tf.PhiConfig(qk_layernorm=True, rope_theta=12000.0, **dict(phi, num_key_value_heads=2)), ()
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()

@@ -46,6 +46,9 @@ struct ModelConfig {
   // Where a block's norms sit: before attention and the MLP (input_norms; every family but OLMo 2),
   // and on their outputs before the residual add (output_norms: OLMo 2, Gemma 2/3).
   bool input_norms = true, output_norms = false;
+  // Attention and the MLP read the same normed input and both add to the residual stream, so a
+  // block has one input norm (Phi-2).
+  bool parallel_residual = false;
   // Granite's multipliers: on the embeddings, on each block's output before its residual add, and
   // logits divided by logit_divisor (1 = none).
   float embedding_scale = 1.0f, residual_scale = 1.0f, logit_divisor = 1.0f;

@@ -46,7 +46,8 @@ void Model::for_each_weight(const std::function<void(DType, size_t)>& f) const {
   linear(lm_head);
   for (const LayerWeights& L : layers) {
     f(DType::F32, (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size() +
-                   L.q_norm.size() + L.k_norm.size() + L.post_attn_norm.size() + L.post_mlp_norm.size()) * 4);
+                   L.q_norm.size() + L.k_norm.size() + L.q_norm_bias.size() + L.k_norm_bias.size() +
+                   L.post_attn_norm.size() + L.post_mlp_norm.size()) * 4);
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) linear(*l);
   }
 }
@@ -71,7 +72,7 @@ size_t Model::n_params() const {
   if (!cfg.tied_embeddings) n += lin(lm_head);
   for (const LayerWeights& L : layers) {
     n += L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size() + L.q_norm.size() +
-         L.k_norm.size() + L.post_attn_norm.size() + L.post_mlp_norm.size();
+         L.k_norm.size() + L.q_norm_bias.size() + L.k_norm_bias.size() + L.post_attn_norm.size() + L.post_mlp_norm.size();
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) n += lin(*l);
   }
   return n;
@@ -114,22 +115,24 @@ void Model::check_shapes(const std::string& source) const {
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = layers[i];
     const std::string p = "layer " + std::to_string(i) + " ";
-    if (c.input_norms) {
-      need(L.attn_norm.size(), dim, p + "attention norm");
-      need(L.mlp_norm.size(), dim, p + "MLP norm");
-    }
+    if (c.input_norms) need(L.attn_norm.size(), dim, p + "attention norm");
+    if (c.input_norms && !c.parallel_residual) need(L.mlp_norm.size(), dim, p + "MLP norm");
     if (c.output_norms) {
       need(L.post_attn_norm.size(), dim, p + "attention output norm");
       need(L.post_mlp_norm.size(), dim, p + "MLP output norm");
     }
     if (c.norm == NormKind::LayerNorm) {
       need(L.attn_norm_bias.size(), dim, p + "attention norm bias");
-      need(L.mlp_norm_bias.size(), dim, p + "MLP norm bias");
+      if (!c.parallel_residual) need(L.mlp_norm_bias.size(), dim, p + "MLP norm bias");
     }
     if (c.qk_norm != QkNorm::None) {
       const bool whole = c.qk_norm == QkNorm::Whole;
       need(L.q_norm.size(), static_cast<size_t>(whole ? c.q_dim() : c.head_dim), p + "query norm");
       need(L.k_norm.size(), static_cast<size_t>(whole ? c.kv_dim() : c.head_dim), p + "key norm");
+      if (c.norm == NormKind::LayerNorm) {
+        need(L.q_norm_bias.size(), static_cast<size_t>(c.head_dim), p + "query norm bias");
+        need(L.k_norm_bias.size(), static_cast<size_t>(c.head_dim), p + "key norm bias");
+      }
     }
     lin(L.wq, c.q_dim(), c.dim, p + "q projection");
     lin(L.wk, c.kv_dim(), c.dim, p + "k projection");

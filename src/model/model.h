@@ -19,6 +19,7 @@ struct LayerWeights {
   Buffer<float> attn_norm, attn_norm_bias;        // [dim]; bias only for LayerNorm
   Linear wq, wk, wv, wo;                         // wq [q_dim][dim], wk/wv [kv_dim][dim], wo [dim][q_dim]
   Buffer<float> q_norm, k_norm;                   // [head_dim] or [q_dim] / [kv_dim]: cfg.qk_norm
+  Buffer<float> q_norm_bias, k_norm_bias;         // [head_dim]: a LayerNorm's (Phi-2's qk_layernorm)
   Buffer<float> post_attn_norm, post_mlp_norm;    // [dim]: cfg.output_norms
   Buffer<float> mlp_norm, mlp_norm_bias;          // [dim]
   Linear w_gate;                                 // [hidden][dim], SwiGLU only

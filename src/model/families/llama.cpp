@@ -8,7 +8,7 @@
 
 namespace kvlm {
 
-ModelConfig llama_like_from_hf(const HfReader& r, const char* arch) {
+ModelConfig llama_like_from_hf(const HfReader& r, const char* arch, bool partial_rotary) {
   ModelConfig c;
   c.arch = arch;
   c.dim = r.integer("hidden_size");
@@ -30,15 +30,27 @@ ModelConfig llama_like_from_hf(const HfReader& r, const char* arch) {
   c.bos_id = r.integer_or("bos_token_id", 1);
   c.eos_id = r.integer_or("eos_token_id", 2);
   c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
-  read_hf_rope(r, c);
+  read_hf_rope(r, c, partial_rotary);
   return c;
 }
 
 namespace {
 
-// One rope_parameters / rope_scaling object: theta and the scaling kvlm implements.
+// partial_rotary_factor: the fraction of each head that rotates (transformers rounds down).
+void read_rotary_fraction(const HfReader& s, ModelConfig& c) {
+  if (!s.has("partial_rotary_factor")) return;
+  const float f = s.number_or("partial_rotary_factor", 1.0f);
+  if (!(f > 0.0f && f <= 1.0f)) fail(s.label, ": partial_rotary_factor must be in (0, 1]");
+  const int rot = static_cast<int>(c.head_dim * f);
+  if (rot % 2) fail(s.label, ": partial_rotary_factor rotates ", rot, " values of each head; kvlm needs an even count");
+  c.rope_dims = rot == c.head_dim ? 0 : rot;
+}
+
+// One rope_parameters / rope_scaling object: theta, the rotated fraction and the scaling kvlm
+// implements.
 void read_rope_object(const HfReader& s, ModelConfig& c, const char* key) {
   c.rope_theta = s.number_or("rope_theta", c.rope_theta);
+  read_rotary_fraction(s, c);
   std::string type = s.string_or("rope_type", s.string_or("type", ""));
   if (type == "default") type = "";
   if (type != "" && type != "linear" && type != "llama3")
@@ -67,9 +79,9 @@ void read_rope_by_layer_type(const HfReader& r, const nlohmann::json& rp, ModelC
   }
 }
 
-}  // namespace
-
-void read_hf_rope(const HfReader& r, ModelConfig& c) {
+void read_hf_rope_parts(const HfReader& r, ModelConfig& c) {
+  read_rotary_fraction(r, c);
+  const int top_dims = c.rope_dims;
   // transformers >= 5 nests theta and scaling in rope_parameters; older configs use
   // rope_theta plus rope_scaling.
   if (r.has("rope_parameters") && r.j["rope_parameters"].is_object() &&
@@ -88,8 +100,20 @@ void read_hf_rope(const HfReader& r, ModelConfig& c) {
     const nlohmann::json& rs = r.j[scaling_key];
     if (!rs.is_object()) fail(r.label, ": ", scaling_key, " must be an object");
     read_rope_object(HfReader{rs, r.label}, c, scaling_key);
+    if (r.has("partial_rotary_factor") && rs.contains("partial_rotary_factor") && c.rope_dims != top_dims)
+      fail(r.label, ": partial_rotary_factor and ", scaling_key, ".partial_rotary_factor disagree; keep one");
   }
 }
+
+}  // namespace
+
+void read_hf_rope(const HfReader& r, ModelConfig& c, bool partial_rotary) {
+  read_hf_rope_parts(r, c);
+  if (c.rope_dims != 0 && !partial_rotary)
+    fail(r.label, ": partial_rotary_factor (rotating part of each head) is not supported for model_type ",
+         r.string_or("model_type", "?"));
+}
+
 
 void apply_layer_types(const HfReader& r, ModelConfig& c, int window) {
   if (!r.has("layer_types") || window <= 0) return;

@@ -14,12 +14,8 @@ namespace kvlm {
 namespace {
 
 ModelConfig phi3_from_hf(const HfReader& r) {
-  ModelConfig c = llama_like_from_hf(r, "phi3");
+  ModelConfig c = llama_like_from_hf(r, "phi3", /*partial_rotary=*/true);
   c.qkv_bias = c.o_bias = c.mlp_bias = 0;
-  const float partial = r.number_or("partial_rotary_factor", 1.0f);
-  if (!(partial > 0.0f && partial <= 1.0f)) fail(r.label, ": partial_rotary_factor must be in (0, 1]");
-  const int rot = static_cast<int>(c.head_dim * partial);
-  c.rope_dims = rot == c.head_dim ? 0 : rot;
   std::fill(c.layer_window.begin(), c.layer_window.end(), r.integer_or("sliding_window", 0));
   r.integer_or("original_max_position_embeddings", 0);  // only LongRoPE reads it
   return c;
