@@ -98,7 +98,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Conformance,
                                            Case{"gemma2_scalar", ""}, Case{"gemma3_tiny", ""},
                                            Case{"gemma3_tiny", "model-F32.gguf"}, Case{"phi3_tiny", ""},
                                            Case{"phi3_tiny", "model-F32.gguf"}, Case{"phi2_tiny", ""},
-                                           Case{"phi2_tiny", "model-F32.gguf"}, Case{"phi2_qknorm", ""}),
+                                           Case{"phi2_tiny", "model-F32.gguf"}, Case{"phi2_qknorm", ""},
+                                           Case{"stablelm_tiny", ""}, Case{"stablelm_tiny", "model-F32.gguf"},
+                                           Case{"stablelm_parallel", ""}),
                          case_name);
 
 // fp16 weights run as fp16 (F16C in the kernel), never narrowed to bf16 unless asked: the error
@@ -130,7 +132,7 @@ TEST(HalfPrecision, F16StaysF16AndBeatsBf16) {
 // all positions (random tiny models have many near ties), and no logit may be off by 0.5.
 TEST(ConformanceQ8, TopOneAgreesWhereTheReferenceIsClear) {
   for (const char* fixture : {"llama_tiny", "gpt2_tiny", "qwen3_tiny", "smollm3_tiny", "granite_tiny", "olmo2_tiny", "gemma2_tiny",
-                              "gemma3_tiny", "phi3_tiny", "phi2_tiny"}) {
+                              "gemma3_tiny", "phi3_tiny", "phi2_tiny", "stablelm_tiny"}) {
     std::string dir = test::fixtures_dir() + "/" + fixture;
     Expected x = expected(dir);
     auto m = load_model(dir + "/model-Q8_0.gguf");

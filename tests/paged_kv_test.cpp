@@ -72,7 +72,7 @@ TEST(PagedKv, EqualsContiguousOnConformanceFixtures) {
   for (const char* f : {"gpt2_tiny", "gptneo_tiny", "llama_tiny", "mistral_tiny", "qwen2_tiny", "qwen3_tiny", "qwen3_window",
                         "smollm3_tiny", "smollm3_window", "granite_tiny", "olmo2_tiny",
                         "olmo3_tiny", "gemma2_tiny", "gemma3_tiny", "phi3_tiny",
-                        "phi2_tiny", "phi2_qknorm"}) {
+                        "phi2_tiny", "phi2_qknorm", "stablelm_tiny", "stablelm_parallel"}) {
     std::string dir = test::fixtures_dir() + "/" + f;
     json e = json::parse(test::read_file(dir + "/expected.json"));
     std::vector<int> ids = e["prompt_ids"].get<std::vector<int>>();

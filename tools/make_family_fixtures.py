@@ -82,6 +82,15 @@ def cases():
                tie_word_embeddings=False, hidden_act="gelu_new")
     yield "phi2_tiny", tf.PhiConfig(**phi), ("f32", "q8_0")
     yield "phi2_qknorm", tf.PhiConfig(qk_layernorm=True, rope_theta=12000.0, **dict(phi, num_key_value_heads=2)), ()
+    # A quarter of each head rotates; q/k biases; the sequential block and the parallel one, this
+    # with per-head q/k norms of each head's own weights (HF only: llama.cpp's converter of
+    # 2026-10 stacks those norms in a generator it returns from another, so converts none; nor
+    # does it write a RoPE base, so only the HF case moves it off 10000).
+    slm = dict(COMMON, num_key_value_heads=2, partial_rotary_factor=0.25, layer_norm_eps=1e-4,
+               use_qkv_bias=True, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    yield "stablelm_tiny", tf.StableLmConfig(use_parallel_residual=False, **slm), ("f32", "q8_0")
+    yield "stablelm_parallel", tf.StableLmConfig(use_parallel_residual=True, qk_layernorm=True, rope_theta=25000.0,
+                                                 **slm), ()
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()

@@ -45,6 +45,9 @@ class Backend {
   virtual void rms_norm(const float* x, const float* w, float* out, int n, int width, float eps) = 0;
   virtual void layer_norm(const float* x, const float* w, const float* bias, float* out, int n, int width,
                           float eps) = 0;
+  // LayerNorm without bias of each head of n rows of `heads` heads, head h with its own weights
+  // w[h][head_dim], in place (StableLM's q/k norm).
+  virtual void head_layer_norm(float* x, const float* w, int n, int heads, int head_dim, float eps) = 0;
   // y[n][w.out] = x[n][w.in] * W^T (+ b), in the matrix's own type.
   virtual void linear(const Linear& w, const float* x, int n, float* y) = 0;
   // y[n][out] = x[n][in] * W^T for a plain f32 matrix (a head tied to an f32 embedding table).

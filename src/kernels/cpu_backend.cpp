@@ -47,6 +47,16 @@ void CpuBackend::layer_norm(const float* x, const float* w, const float* bias, f
   for_rows(ctx_.pool(), n, W, [&](int t) { kvlm::layernorm(x + t * W, w, bias, out + t * W, width, eps); });
 }
 
+void CpuBackend::head_layer_norm(float* x, const float* w, int n, int heads, int head_dim, float eps) {
+  const size_t W = static_cast<size_t>(heads) * head_dim;
+  for_rows(ctx_.pool(), n, W, [&](int t) {
+    for (int h = 0; h < heads; ++h) {
+      float* v = x + t * W + static_cast<size_t>(h) * head_dim;
+      kvlm::layernorm(v, w + static_cast<size_t>(h) * head_dim, nullptr, v, head_dim, eps);
+    }
+  });
+}
+
 void CpuBackend::linear(const Linear& w, const float* x, int n, float* y) { w.forward(x, n, y, ctx_); }
 
 void CpuBackend::matmul_f32(const float* w, int out, int in, const float* x, int n, float* y) {

@@ -11,7 +11,7 @@ namespace kvlm {
 enum class NormKind { RMSNorm, LayerNorm };
 enum class RopeKind { None, AdjacentPairs, RotateHalf };  // llama2.c/GGUF vs Hugging Face
 enum class MlpKind { SwiGLU, GeluTanh };
-enum class QkNorm { None, PerHead, Whole };
+enum class QkNorm { None, PerHead, Whole, EachHead };  // EachHead: every head its own weights
 
 struct ModelConfig {
   std::string arch;  // "llama", "mistral", "qwen2", "gpt2", "gpt_neo"
@@ -40,8 +40,9 @@ struct ModelConfig {
   // Which projections carry a bias, as the config says: 1 yes, 0 no, -1 look at the file's tensors
   // (llama2.c and GGUF, whose metadata has no such key).
   int qkv_bias = -1, o_bias = -1, mlp_bias = -1;
-  // An RMSNorm of queries and keys before RoPE: per head of head_dim values (Qwen3, Gemma 3), or
-  // over all heads at once (OLMo 2).
+  // A norm of queries and keys before RoPE (the family's norm kind): per head of head_dim values
+  // with one weight for all heads (Qwen3, Gemma 3, Phi-2), per head with each head's own weights
+  // (StableLM), or over all heads at once (OLMo 2).
   QkNorm qk_norm = QkNorm::None;
   // Where a block's norms sit: before attention and the MLP (input_norms; every family but OLMo 2),
   // and on their outputs before the residual add (output_norms: OLMo 2, Gemma 2/3).

@@ -87,8 +87,6 @@ ModelConfig gguf_config(const GgufFile& g) {
   c.max_seq_len = gguf_int(g, p + "context_length", 1, 16 * 1024 * 1024);
   if (g.has(p + "expert_count") && gguf_int(g, p + "expert_count", 0, 1 << 20) != 0)
     fail(g.path, ": mixture-of-experts models (", p, "expert_count) are not supported");
-  if (g.has(p + "use_parallel_residual") && g.get(p + "use_parallel_residual").as_bool("use_parallel_residual"))
-    fail(g.path, ": ", p, "use_parallel_residual is not supported");
   if (g.has(p + "attention.causal") && !g.get(p + "attention.causal").as_bool("attention.causal"))
     fail(g.path, ": non-causal attention (", p, "attention.causal = false) is not supported");
   int window = g.has(p + "attention.sliding_window") ? gguf_int(g, p + "attention.sliding_window", 0, 1 << 30) : 0;
@@ -103,6 +101,9 @@ ModelConfig gguf_config(const GgufFile& g) {
   if (g.has("tokenizer.ggml.eos_token_id")) c.eos_id = gguf_int(g, "tokenizer.ggml.eos_token_id", 0, INT32_MAX);
   family.from_gguf(g, p, c);
   refuse_unknown_keys(g, p);
+  if (!c.parallel_residual && g.has(p + "use_parallel_residual") &&
+      g.get(p + "use_parallel_residual").as_bool("use_parallel_residual"))
+    fail(g.path, ": ", p, "use_parallel_residual is not supported for ", family.name);
   if (c.attn_scale == 0.0f) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.validate(g.path);
   return c;

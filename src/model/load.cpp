@@ -126,10 +126,10 @@ void Model::check_shapes(const std::string& source) const {
       if (!c.parallel_residual) need(L.mlp_norm_bias.size(), dim, p + "MLP norm bias");
     }
     if (c.qk_norm != QkNorm::None) {
-      const bool whole = c.qk_norm == QkNorm::Whole;
+      const bool whole = c.qk_norm == QkNorm::Whole || c.qk_norm == QkNorm::EachHead;
       need(L.q_norm.size(), static_cast<size_t>(whole ? c.q_dim() : c.head_dim), p + "query norm");
       need(L.k_norm.size(), static_cast<size_t>(whole ? c.kv_dim() : c.head_dim), p + "key norm");
-      if (c.norm == NormKind::LayerNorm) {
+      if (c.norm == NormKind::LayerNorm && c.qk_norm == QkNorm::PerHead) {
         need(L.q_norm_bias.size(), static_cast<size_t>(c.head_dim), p + "query norm bias");
         need(L.k_norm_bias.size(), static_cast<size_t>(c.head_dim), p + "key norm bias");
       }
