@@ -13,12 +13,20 @@ for target in ${KVLM_FUZZ_TARGETS:-safetensors gguf config tokenizer_json llama2
   # Real models' templates as further seeds where ../shared is here (read, never committed).
   shared=${KVLM_SHARED:-$here/../../shared}
   if [ "$target" = chat_template ] && [ -d "$shared/chat-templates" ]; then cp "$shared"/chat-templates/*.jinja "$work/$target/"; fi
+  # Every fixture's config.json: each family's reader starts from a config it accepts.
+  if [ "$target" = config ]; then
+    for f in "$here"/../tests/fixtures/*/config.json; do cp "$f" "$work/config/$(basename "$(dirname "$f")").json"; done
+  fi
   # A model whose matrices hold super-blocks of every type is about 300 KB: the GGUF target reads
   # inputs that long, and starts from one cut inside its last super-block as well.
   max_len=65536
   if [ "$target" = gguf ]; then
     max_len=400000
     head -c -100 "$here/corpus/gguf/tiny_row_quants.gguf" >"$work/gguf/cut_in_a_super_block.gguf"
+    # Each family's Q8_0 fixture (llama.cpp's converter wrote them), so every family's reader is fuzzed.
+    for f in "$here"/../tests/fixtures/*/model-Q8_0.gguf; do
+      cp "$f" "$work/gguf/$(basename "$(dirname "$f")").gguf"
+    done
   fi
   echo "== fuzz_$target for ${secs}s on $(ls "$work/$target" | wc -l) seeds"
   if ! "$build/fuzz/fuzz_$target" -max_total_time="$secs" -rss_limit_mb=2048 -max_len="$max_len" -print_final_stats=1 \

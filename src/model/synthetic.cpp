@@ -115,6 +115,20 @@ std::unique_ptr<Model> synthetic_model(const ModelConfig& cfg, uint64_t seed) {
       L.attn_norm_bias.assign(cfg.dim, 0.0f);
       L.mlp_norm_bias.assign(cfg.dim, 0.0f);
     }
+    // The slots the newer families' configs ask for, so any validated config runs (fuzz_config).
+    if (cfg.qk_norm != QkNorm::None) {
+      const bool per_head = cfg.qk_norm == QkNorm::PerHead;
+      L.q_norm.assign(per_head ? cfg.head_dim : cfg.q_dim(), 1.0f);
+      L.k_norm.assign(per_head ? cfg.head_dim : cfg.kv_dim(), 1.0f);
+      if (gpt && per_head) {
+        L.q_norm_bias.assign(cfg.head_dim, 0.0f);
+        L.k_norm_bias.assign(cfg.head_dim, 0.0f);
+      }
+    }
+    if (cfg.output_norms) {
+      L.post_attn_norm.assign(cfg.dim, 1.0f);
+      L.post_mlp_norm.assign(cfg.dim, 1.0f);
+    }
     bool qkv_bias = cfg.arch == "gpt2";
     L.wq = lin(cfg.q_dim(), cfg.dim, qkv_bias);
     L.wk = lin(cfg.kv_dim(), cfg.dim, qkv_bias);

@@ -16,6 +16,12 @@ namespace kvlm {
 
 namespace {
 
+// A soft cap: transformers' class default when the key is absent, none when it is null.
+float soft_cap(const HfReader& r, const char* key, float class_default) {
+  if (!r.j.contains(key)) return class_default;
+  return r.has(key) ? r.number_or(key, 0.0f) : 0.0f;
+}
+
 ModelConfig gemma_from_hf(const HfReader& r, const char* arch, int pattern, bool gemma3) {
   ModelConfig c;
   c.arch = arch;
@@ -25,7 +31,7 @@ ModelConfig gemma_from_hf(const HfReader& r, const char* arch, int pattern, bool
   c.n_heads = r.integer("num_attention_heads");
   c.n_kv_heads = r.integer_or("num_key_value_heads", c.n_heads);
   if (c.n_heads <= 0) fail(r.label, ": num_attention_heads must be positive");
-  c.head_dim = r.integer_or("head_dim", c.dim / c.n_heads);
+  c.head_dim = r.integer_or("head_dim", 256);  // transformers' default, whatever the width
   c.vocab_size = r.integer("vocab_size");
   c.max_seq_len = r.integer("max_position_embeddings");
   c.norm_eps = r.number_or("rms_norm_eps", 1e-6f);
@@ -49,9 +55,9 @@ ModelConfig gemma_from_hf(const HfReader& r, const char* arch, int pattern, bool
   c.eos_id = r.integer_or("eos_token_id", 1);
   c.qkv_bias = c.o_bias = r.boolean_or("attention_bias", false);
   c.mlp_bias = 0;
-  c.attn_scale = 1.0f / std::sqrt(r.number_or("query_pre_attn_scalar", static_cast<float>(c.head_dim)));
-  c.attn_softcap = r.number_or("attn_logit_softcapping", 0.0f);
-  c.final_softcap = r.number_or("final_logit_softcapping", 0.0f);
+  c.attn_scale = 1.0f / std::sqrt(r.number_or("query_pre_attn_scalar", 256.0f));
+  c.attn_softcap = soft_cap(r, "attn_logit_softcapping", gemma3 ? 0.0f : 50.0f);
+  c.final_softcap = soft_cap(r, "final_logit_softcapping", gemma3 ? 0.0f : 30.0f);
   c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
   c.output_norms = true;
   if (gemma3) c.qk_norm = QkNorm::PerHead;
@@ -72,7 +78,8 @@ ModelConfig gemma3_from_hf(const HfReader& r) { return gemma_from_hf(r, "gemma3"
 // llama.cpp's reading: windows in a pattern (attention.sliding_window_pattern, as a per-layer
 // array or a period, else Gemma's own period), and a score scale it derives from the model's
 // size, not from the file: 1/sqrt(head_dim), or for the 27B models 1/sqrt(hidden / heads).
-void gemma_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c, int pattern, int layers_27b) {
+void gemma_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c, int pattern, int layers_27b,
+                     int default_window) {
   llama_like_from_gguf(g, p, c);
   c.rope = RopeKind::RotateHalf;
   c.mlp = MlpKind::SwiGLU;
@@ -83,7 +90,7 @@ void gemma_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c, in
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_layers == layers_27b ? c.dim / c.n_heads : c.head_dim));
   const double swa_base = gguf_float(g, p + "rope.freq_base_swa", c.rope_theta);
   if (swa_base != c.rope_theta) c.rope_local_theta = static_cast<float>(swa_base);
-  const int window = c.layer_window.empty() ? 0 : c.layer_window[0];
+  const int window = g.has(p + "attention.sliding_window") ? c.layer_window[0] : default_window;
   if (window == 0) return;
   const std::string key = p + "attention.sliding_window_pattern";
   if (g.has(key) && g.get(key).type == GgufType::ARRAY) {
@@ -96,9 +103,10 @@ void gemma_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c, in
   for (int l = 0; l < c.n_layers; ++l) c.layer_window[l] = l % pattern < pattern - 1 ? window : 0;
 }
 
-void gemma2_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) { gemma_from_gguf(g, p, c, 2, 46); }
+// Without attention.sliding_window llama.cpp gives Gemma 2 its 4096 and Gemma 3 no windows.
+void gemma2_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) { gemma_from_gguf(g, p, c, 2, 46, 4096); }
 void gemma3_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
-  gemma_from_gguf(g, p, c, 6, 62);
+  gemma_from_gguf(g, p, c, 6, 62, 0);
   c.qk_norm = QkNorm::PerHead;
 }
 

@@ -17,7 +17,6 @@ ModelConfig phi3_from_hf(const HfReader& r) {
   ModelConfig c = llama_like_from_hf(r, "phi3", /*partial_rotary=*/true);
   c.qkv_bias = c.o_bias = c.mlp_bias = 0;
   std::fill(c.layer_window.begin(), c.layer_window.end(), r.integer_or("sliding_window", 0));
-  r.integer_or("original_max_position_embeddings", 0);  // only LongRoPE reads it
   return c;
 }
 
