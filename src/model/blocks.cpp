@@ -4,6 +4,13 @@
 
 namespace kvlm::blocks {
 
+Acts activations(ForwardStep& s, const ModelConfig& c, bool gated) {
+  return Acts{s.act(0, c.dim),        s.act(1, c.dim),      s.act(2, c.q_dim()),
+              s.act(3, c.kv_dim()),   s.act(4, c.kv_dim()), s.act(5, c.q_dim()),
+              s.act(6, c.hidden_dim), gated ? s.act(7, c.hidden_dim) : nullptr,
+              s.act(8, c.dim)};
+}
+
 void embed(ForwardStep& s, const Model& m, float* x, float* pos) {
   const ModelConfig& c = m.cfg;
   const int n = s.rows();

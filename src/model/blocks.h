@@ -7,6 +7,14 @@
 
 namespace kvlm::blocks {
 
+// A step's activations, [rows][width] each, in the step's scratch: the residual stream x, a
+// normed copy xn, the projections, attention's output, the MLP's two hidden buffers (up unused
+// by the ungated MLPs: null unless gated) and a block output tmp.
+struct Acts {
+  float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
+};
+Acts activations(ForwardStep& s, const ModelConfig& c, bool gated = true);
+
 // x [rows][dim] = the tokens' embeddings, plus their learned positions where the model has them
 // (looked up into pos, scratch [rows][dim]).
 void embed(ForwardStep& s, const Model& m, float* x, float* pos);

@@ -25,15 +25,7 @@ float soft_cap(const HfReader& r, const char* key, float class_default) {
 ModelConfig gemma_from_hf(const HfReader& r, const char* arch, int pattern, bool gemma3) {
   ModelConfig c;
   c.arch = arch;
-  c.dim = r.integer("hidden_size");
-  c.hidden_dim = r.integer("intermediate_size");
-  c.n_layers = r.integer("num_hidden_layers");
-  c.n_heads = r.integer("num_attention_heads");
-  c.n_kv_heads = r.integer_or("num_key_value_heads", c.n_heads);
-  if (c.n_heads <= 0) fail(r.label, ": num_attention_heads must be positive");
-  c.head_dim = r.integer_or("head_dim", 256);  // transformers' default, whatever the width
-  c.vocab_size = r.integer("vocab_size");
-  c.max_seq_len = r.integer("max_position_embeddings");
+  read_hf_shapes(r, c, /*head_dim_key=*/true, 256);  // transformers' default head_dim, whatever the width
   c.norm_eps = r.number_or("rms_norm_eps", 1e-6f);
   c.norm = NormKind::RMSNorm;
   c.mlp = MlpKind::SwiGLU;  // gated: gate, up and down projections (the gate through GELU here)
@@ -44,7 +36,6 @@ ModelConfig gemma_from_hf(const HfReader& r, const char* arch, int pattern, bool
     fail(r.label, ": use_bidirectional_attention (an encoder) is not supported");
   c.rope = RopeKind::RotateHalf;
   c.rope_theta = r.number_or("rope_theta", gemma3 ? 1e6f : 10000.0f);
-  c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
   read_hf_rope(r, c);
   if (gemma3 && r.has("rope_local_base_freq")) {  // the spelling before rope_parameters by layer type
     const float local = r.number_or("rope_local_base_freq", 10000.0f);
@@ -148,15 +139,7 @@ void bind_gemma(const TensorSource& s, Model& m, TensorLayout layout) {
 void forward_gemma(ForwardStep& s, const Model& m) {
   const ModelConfig& c = m.cfg;
   const int n = s.rows();
-  float* x = s.act(0, c.dim);  // the residual stream
-  float* xn = s.act(1, c.dim);
-  float* q = s.act(2, c.q_dim());
-  float* k = s.act(3, c.kv_dim());
-  float* v = s.act(4, c.kv_dim());
-  float* att = s.act(5, c.q_dim());
-  float* gate = s.act(6, c.hidden_dim);
-  float* up = s.act(7, c.hidden_dim);
-  float* tmp = s.act(8, c.dim);
+  auto [x, xn, q, k, v, att, gate, up, tmp] = blocks::activations(s, c);
   blocks::embed(s, m, x, tmp);
   s.ops.scale(x, c.embedding_scale, n, c.dim);
   for (int l = 0; l < c.n_layers; ++l) {

@@ -36,14 +36,7 @@ ModelConfig gpt_like_from_hf(const HfReader& r, const char* arch, const GptKeyNa
 void forward_gpt(ForwardStep& s, const Model& m) {
   const ModelConfig& c = m.cfg;
   const int n = s.rows();
-  float* x = s.act(0, c.dim);  // the residual stream
-  float* xn = s.act(1, c.dim);
-  float* q = s.act(2, c.q_dim());
-  float* k = s.act(3, c.kv_dim());
-  float* v = s.act(4, c.kv_dim());
-  float* att = s.act(5, c.q_dim());
-  float* h = s.act(6, c.hidden_dim);
-  float* tmp = s.act(8, c.dim);
+  auto [x, xn, q, k, v, att, h, no_up, tmp] = blocks::activations(s, c, /*gated=*/false);
   auto norm = [&](const Buffer<float>& w, const Buffer<float>& b) {
     s.ops.layer_norm(x, w.data(), b.empty() ? nullptr : b.data(), xn, n, c.dim, c.norm_eps);
   };

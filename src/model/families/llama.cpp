@@ -8,18 +8,24 @@
 
 namespace kvlm {
 
-ModelConfig llama_like_from_hf(const HfReader& r, const char* arch, bool partial_rotary) {
-  ModelConfig c;
-  c.arch = arch;
+void read_hf_shapes(const HfReader& r, ModelConfig& c, bool head_dim_key, int head_dim_default) {
   c.dim = r.integer("hidden_size");
   c.hidden_dim = r.integer("intermediate_size");
   c.n_layers = r.integer("num_hidden_layers");
   c.n_heads = r.integer("num_attention_heads");
   c.n_kv_heads = r.integer_or("num_key_value_heads", c.n_heads);
   if (c.n_heads <= 0) fail(r.label, ": num_attention_heads must be positive");
-  c.head_dim = r.integer_or("head_dim", c.dim / c.n_heads);
+  const int split = c.dim / c.n_heads;
+  c.head_dim = head_dim_key ? r.integer_or("head_dim", head_dim_default > 0 ? head_dim_default : split) : split;
   c.vocab_size = r.integer("vocab_size");
   c.max_seq_len = r.integer("max_position_embeddings");
+  c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
+}
+
+ModelConfig llama_like_from_hf(const HfReader& r, const char* arch, bool partial_rotary) {
+  ModelConfig c;
+  c.arch = arch;
+  read_hf_shapes(r, c, /*head_dim_key=*/true);
   c.norm_eps = r.number_or("rms_norm_eps", 1e-6f);
   c.rope = RopeKind::RotateHalf;
   c.rope_theta = r.number_or("rope_theta", 10000.0f);
@@ -29,7 +35,6 @@ ModelConfig llama_like_from_hf(const HfReader& r, const char* arch, bool partial
   c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
   c.bos_id = r.integer_or("bos_token_id", 1);
   c.eos_id = r.integer_or("eos_token_id", 2);
-  c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
   read_hf_rope(r, c, partial_rotary);
   return c;
 }
@@ -195,15 +200,7 @@ void bind_llama_like(const TensorSource& s, Model& m, TensorLayout) {
 void forward_llama(ForwardStep& s, const Model& m) {
   const ModelConfig& c = m.cfg;
   const int n = s.rows();
-  float* x = s.act(0, c.dim);  // the residual stream
-  float* xn = s.act(1, c.dim);
-  float* q = s.act(2, c.q_dim());
-  float* k = s.act(3, c.kv_dim());
-  float* v = s.act(4, c.kv_dim());
-  float* att = s.act(5, c.q_dim());
-  float* gate = s.act(6, c.hidden_dim);
-  float* up = s.act(7, c.hidden_dim);
-  float* tmp = s.act(8, c.dim);
+  auto [x, xn, q, k, v, att, gate, up, tmp] = blocks::activations(s, c);
   blocks::embed(s, m, x, tmp);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = m.layers[l];

@@ -4,6 +4,11 @@
 
 namespace kvlm {
 
+// The shape keys llama-like configs share (hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads, vocab_size, max_position_embeddings); head_dim from
+// its key where the family reads one (absent: head_dim_default, or hidden / heads when 0), else
+// hidden / heads. Every layer's window starts at 0.
+void read_hf_shapes(const HfReader& r, ModelConfig& c, bool head_dim_key, int head_dim_default = 0);
 // The Llama keys of config.json: shapes, RMSNorm, SwiGLU, rotate-half RoPE with its scaling.
 // Biases are left for the family to set; every layer's window is 0.
 // partial_rotary: the family rotates part of each head where partial_rotary_factor says so

@@ -45,15 +45,7 @@ void smollm3_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) 
 void forward_smollm3(ForwardStep& s, const Model& m) {
   const ModelConfig& c = m.cfg;
   const int n = s.rows();
-  float* x = s.act(0, c.dim);  // the residual stream
-  float* xn = s.act(1, c.dim);
-  float* q = s.act(2, c.q_dim());
-  float* k = s.act(3, c.kv_dim());
-  float* v = s.act(4, c.kv_dim());
-  float* att = s.act(5, c.q_dim());
-  float* gate = s.act(6, c.hidden_dim);
-  float* up = s.act(7, c.hidden_dim);
-  float* tmp = s.act(8, c.dim);
+  auto [x, xn, q, k, v, att, gate, up, tmp] = blocks::activations(s, c);
   blocks::embed(s, m, x, tmp);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = m.layers[l];

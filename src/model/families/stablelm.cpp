@@ -15,22 +15,13 @@ namespace {
 ModelConfig stablelm_from_hf(const HfReader& r) {
   ModelConfig c;
   c.arch = "stablelm";
-  c.dim = r.integer("hidden_size");
-  c.hidden_dim = r.integer("intermediate_size");
-  c.n_layers = r.integer("num_hidden_layers");
-  c.n_heads = r.integer("num_attention_heads");
-  c.n_kv_heads = r.integer_or("num_key_value_heads", c.n_heads);
-  if (c.n_heads <= 0) fail(r.label, ": num_attention_heads must be positive");
-  c.head_dim = c.dim / c.n_heads;
-  c.vocab_size = r.integer("vocab_size");
-  c.max_seq_len = r.integer("max_position_embeddings");
+  read_hf_shapes(r, c, /*head_dim_key=*/false);
   c.norm_eps = r.number_or("layer_norm_eps", 1e-5f);
   c.norm = NormKind::LayerNorm;
   c.mlp = MlpKind::SwiGLU;
   r.check_activation("hidden_act", "silu", "swish");
   c.rope = RopeKind::RotateHalf;
   c.rope_theta = r.number_or("rope_theta", 10000.0f);
-  c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
   c.rope_dims = c.head_dim / 4;  // StableLmConfig's default factor, 0.25
   read_hf_rope(r, c, /*partial_rotary=*/true);
   c.qkv_bias = r.boolean_or("use_qkv_bias", false);
@@ -103,15 +94,7 @@ void bind_stablelm(const TensorSource& s, Model& m, TensorLayout) {
 void forward_stablelm(ForwardStep& s, const Model& m) {
   const ModelConfig& c = m.cfg;
   const int n = s.rows();
-  float* x = s.act(0, c.dim);  // the residual stream
-  float* xn = s.act(1, c.dim);
-  float* q = s.act(2, c.q_dim());
-  float* k = s.act(3, c.kv_dim());
-  float* v = s.act(4, c.kv_dim());
-  float* att = s.act(5, c.q_dim());
-  float* gate = s.act(6, c.hidden_dim);
-  float* up = s.act(7, c.hidden_dim);
-  float* tmp = s.act(8, c.dim);
+  auto [x, xn, q, k, v, att, gate, up, tmp] = blocks::activations(s, c);
   blocks::embed(s, m, x, tmp);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = m.layers[l];
