@@ -4,6 +4,8 @@
 // scalar twin's bit for bit.
 #include "kernels/row_unpack.h"
 
+#include <cstring>
+
 #include "core/cpu.h"
 #include "kernels/ggml_blocks.h"
 
@@ -132,6 +134,20 @@ void q6k_scales(const uint8_t* b, int16_t* sc) {
                       _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
 }
 
+// Q3_K's sixteen 6-bit sub-scales (ggml_blocks' q3k_scales, the same values): the four 32-bit
+// words rebuilt with integer ops and widened in one register, where the shared scalar decoder,
+// out of line, took about a fifth of a decode step on a Q3_K_M model.
+void q3k_scales_inline(const uint8_t* b, int16_t* sc) {
+  uint32_t aux[3];
+  std::memcpy(aux, b + 96, 12);
+  constexpr uint32_t k2 = 0x0f0f0f0f, k1 = 0x03030303;
+  const __m128i s = _mm_set_epi32(static_cast<int>(((aux[1] >> 4) & k2) | (((aux[2] >> 6) & k1) << 4)),
+                                  static_cast<int>(((aux[0] >> 4) & k2) | (((aux[2] >> 4) & k1) << 4)),
+                                  static_cast<int>((aux[1] & k2) | (((aux[2] >> 2) & k1) << 4)),
+                                  static_cast<int>((aux[0] & k2) | ((aux[2] & k1) << 4)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(sc), _mm256_cvtepi8_epi16(_mm_sub_epi8(s, _mm_set1_epi8(32))));
+}
+
 // Q3_K's values of half n, unsigned: two bits, plus 4 where the high bit is set.
 void q3k_values(const uint8_t* b, int n, __m256i q[4]) {
   const __m256i hm = load32(b), v = load32(b + 32 + 32 * n);
@@ -148,7 +164,7 @@ bool row_dot_stored_avx2(DType type, const uint8_t* row, int in, const Quantized
     case DType::Q4_K: *out = k4_row<false>(row, in, a, t); return true;
     case DType::Q5_K: *out = k4_row<true>(row, in, a, t); return true;
     case DType::Q6_K: *out = offset_row<32, 210, 208, q6k_scales, q6k_values>(row, in, a, t); return true;
-    case DType::Q3_K: *out = offset_row<4, 110, 108, q3k_scales, q3k_values>(row, in, a, t); return true;
+    case DType::Q3_K: *out = offset_row<4, 110, 108, q3k_scales_inline, q3k_values>(row, in, a, t); return true;
     case DType::IQ4_XS: *out = iq4_xs(row, in, a, t); return true;
     default: return false;
   }
