@@ -37,18 +37,19 @@ void forward_gpt(ForwardStep& s, const Model& m) {
   const ModelConfig& c = m.cfg;
   const int n = s.rows();
   auto [x, xn, q, k, v, att, h, no_up, tmp] = blocks::activations(s, c, /*gated=*/false);
-  auto norm = [&](const Buffer<float>& w, const Buffer<float>& b) {
-    s.ops.layer_norm(x, w.data(), b.empty() ? nullptr : b.data(), xn, n, c.dim, c.norm_eps);
+  // Parameters rather than captures: clang 14 cannot capture structured bindings.
+  auto norm = [&](const Buffer<float>& w, const Buffer<float>& b, const float* in, float* out) {
+    s.ops.layer_norm(in, w.data(), b.empty() ? nullptr : b.data(), out, n, c.dim, c.norm_eps);
   };
   blocks::embed(s, m, x, tmp);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = m.layers[l];
-    norm(L.attn_norm, L.attn_norm_bias);
+    norm(L.attn_norm, L.attn_norm_bias, x, xn);
     blocks::qkv(s, L, xn, q, k, v);
     s.attention(blocks::attention_params(c, l), q, k, v, att);
     s.ops.linear(L.wo, att, n, tmp);
     s.ops.add(x, tmp, n, c.dim);
-    norm(L.mlp_norm, L.mlp_norm_bias);
+    norm(L.mlp_norm, L.mlp_norm_bias, x, xn);
     blocks::gelu_mlp(s, L, xn, h, tmp);
     s.ops.add(x, tmp, n, c.dim);
   }
