@@ -98,9 +98,22 @@ TEST(ConfigKeys, RefusedByName) {
        "config says attention_bias is false"},
       {"llama_tiny", [](json& c) { c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; }, "yarn"},
       {"llama_tiny", [](json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; }, "disagree"},
+      // The newer families' arithmetic kvlm does not implement, each named.
+      {"phi3_tiny", [](json& c) {
+         c["rope_parameters"] = {{"rope_type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {2.0}}};
+       }, "unsupported rope scaling type 'longrope'"},
+      {"gemma3_tiny", [](json& c) { c["use_bidirectional_attention"] = true; }, "use_bidirectional_attention"},
+      {"gemma3_tiny", [](json& c) { c["rope_parameters"]["sliding_attention"] = {{"rope_type", "linear"}, {"factor", 2.0}}; },
+       "rope scaling on sliding layers is not supported"},
+      {"olmo3_tiny", [](json& c) { c["rope_parameters"]["full_attention"] = {{"rope_type", "yarn"}, {"factor", 8.0}}; },
+       "unsupported rope scaling type 'yarn'"},
+      {"qwen3_tiny", [](json& c) { c["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor"},
+      {"phi2_tiny", [](json& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.2; }, "even count"},
+      {"gemma2_tiny", [](json& c) { c["attn_logit_softcapping"] = "fifty"; }, "attn_logit_softcapping' must be a number"},
   };
   int i = 0;
   for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
     std::string dir = hf_variant(c.fixture, "cfg_" + std::to_string(i++), c.edit);
     EXPECT_ERROR_HAS(load_model(dir), c.message);
   }
