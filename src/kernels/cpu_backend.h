@@ -14,8 +14,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::Host; }
   void embed(const EmbeddingRows& table, const int* ids, int n, float* out) override;
   void rms_norm(const float* x, const float* w, float* out, int n, int width, float eps) override;
-  void layer_norm(const float* x, const float* w, const float* bias, float* out, int n, int width,
-                  float eps) override;
+  void layer_norm(const float* x, const float* w, const float* bias, float* out, int n, int width, float eps) override;
   void head_layer_norm(float* x, const float* w, int n, int heads, int head_dim, float eps) override;
   void linear(const Linear& w, const float* x, int n, float* y) override;
   void matmul_f32(const float* w, int out, int in, const float* x, int n, float* y) override;

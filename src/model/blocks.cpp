@@ -5,10 +5,10 @@
 namespace kvlm::blocks {
 
 Acts activations(ForwardStep& s, const ModelConfig& c, bool gated) {
-  return Acts{s.act(0, c.dim),        s.act(1, c.dim),      s.act(2, c.q_dim()),
-              s.act(3, c.kv_dim()),   s.act(4, c.kv_dim()), s.act(5, c.q_dim()),
-              s.act(6, c.hidden_dim), gated ? s.act(7, c.hidden_dim) : nullptr,
-              s.act(8, c.dim)};
+  return Acts{
+      s.act(0, c.dim),      s.act(1, c.dim),     s.act(2, c.q_dim()),    s.act(3, c.kv_dim()),
+      s.act(4, c.kv_dim()), s.act(5, c.q_dim()), s.act(6, c.hidden_dim), gated ? s.act(7, c.hidden_dim) : nullptr,
+      s.act(8, c.dim)};
 }
 
 void embed(ForwardStep& s, const Model& m, float* x, float* pos) {
@@ -34,8 +34,8 @@ void qkv(ForwardStep& s, const LayerWeights& L, const float* xn, float* q, float
 }
 
 AttentionParams attention_params(const ModelConfig& c, int layer) {
-  return AttentionParams{layer,        c.n_heads,     c.n_kv_heads, c.head_dim, c.layer_attn_scale(layer),
-                         c.attn_softcap, c.layer_window[layer]};
+  return AttentionParams{
+      layer, c.n_heads, c.n_kv_heads, c.head_dim, c.layer_attn_scale(layer), c.attn_softcap, c.layer_window[layer]};
 }
 
 void swiglu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* gate, float* up, float* out) {

@@ -27,14 +27,16 @@ void ModelConfig::validate(const std::string& source) const {
   need(std::isfinite(attn_softcap) && attn_softcap >= 0 && std::isfinite(final_softcap) && final_softcap >= 0,
        "soft caps must be finite and >= 0");
   need(std::isfinite(rope_local_theta) && rope_local_theta >= 0, "the local RoPE base must be finite and >= 0");
-  need(rope_dims >= 0 && rope_dims <= head_dim && rope_dims % 2 == 0, "rotary dimensions must be even and at most head_dim");
+  need(rope_dims >= 0 && rope_dims <= head_dim && rope_dims % 2 == 0,
+       "rotary dimensions must be even and at most head_dim");
   need(layer_rope.empty() || static_cast<int>(layer_rope.size()) == n_layers, "layer_rope needs one entry per layer");
   need(std::isfinite(norm_eps), "norm_eps must be finite");
   // An EOS the model can never produce would make generation run to the length limit silently.
   need(eos_id >= 0 && eos_id < vocab_size, "eos_token_id must be a token id inside the vocabulary");
   need(bos_id >= 0 && bos_id < vocab_size, "bos_token_id must be a token id inside the vocabulary");
   need(std::isfinite(attn_scale) && attn_scale > 0.0f, "attention scale must be a positive finite number");
-  need(std::isfinite(embedding_scale) && std::isfinite(residual_scale), "embedding and residual multipliers must be finite");
+  need(std::isfinite(embedding_scale) && std::isfinite(residual_scale),
+       "embedding and residual multipliers must be finite");
   need(std::isfinite(logit_divisor) && logit_divisor > 0.0f, "the logits' divisor must be a positive finite number");
   // GPT-2 and GPT-Neo project q, k and v from the residual with square matrices: heads must tile it.
   if (learned_positions) {

@@ -14,12 +14,12 @@ enum class MlpKind { SwiGLU, GeluTanh };
 enum class QkNorm { None, PerHead, Whole, EachHead };  // EachHead: every head its own weights
 
 struct ModelConfig {
-  std::string arch;  // "llama", "mistral", "qwen2", "gpt2", "gpt_neo"
-  int dim = 0;          // residual width
-  int hidden_dim = 0;   // MLP width
+  std::string arch;    // "llama", "mistral", "qwen2", "gpt2", "gpt_neo"
+  int dim = 0;         // residual width
+  int hidden_dim = 0;  // MLP width
   int n_layers = 0;
-  int n_heads = 0;      // query heads
-  int n_kv_heads = 0;   // key/value heads (GQA when < n_heads)
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;  // key/value heads (GQA when < n_heads)
   int head_dim = 0;
   int vocab_size = 0;
   int max_seq_len = 0;  // context length the model was trained for
@@ -33,10 +33,10 @@ struct ModelConfig {
   float rope_factor = 1.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
   int rope_original_max_pos = 8192;
   std::vector<float> rope_freq_divisors;  // [head_dim/2] from GGUF rope_freqs: freq_i /= divisor_i
-  MlpKind mlp = MlpKind::SwiGLU;
-  bool learned_positions = false;  // GPT-2 / GPT-Neo position embeddings
-  float attn_scale = 0.0f;         // multiplier on q.k; 1/sqrt(head_dim) unless the arch says otherwise
-  bool attn_scale_by_layer = false;  // GPT-2 scale_attn_by_inverse_layer_idx: layer i divides scores by i+1
+  MlpKind mlp = MlpKind::SwiGLU;          // SwiGLU: gated (gate, up, down), GeGLU's too; GeluTanh: up, down
+  bool learned_positions = false;         // GPT-2 / GPT-Neo position embeddings
+  float attn_scale = 0.0f;                // multiplier on q.k; 1/sqrt(head_dim) unless the arch says otherwise
+  bool attn_scale_by_layer = false;       // GPT-2 scale_attn_by_inverse_layer_idx: layer i divides scores by i+1
   // Which projections carry a bias, as the config says: 1 yes, 0 no, -1 look at the file's tensors
   // (llama2.c and GGUF, whose metadata has no such key).
   int qkv_bias = -1, o_bias = -1, mlp_bias = -1;
@@ -58,8 +58,8 @@ struct ModelConfig {
   // The RoPE base of the sliding-window layers where it differs from rope_theta (Gemma 3's local
   // layers, OLMo 3's); those layers take no rope scaling. 0: one table for every layer.
   float rope_local_theta = 0.0f;
-  std::vector<int> layer_rope;  // [n_layers]: 0 = no positional encoding in that layer (SmolLM3); empty: all rotate
-  std::vector<int> layer_window;   // [n_layers]: 0 = global, W = attend to the last W positions (self included)
+  std::vector<int> layer_rope;    // [n_layers]: 0 = no positional encoding in that layer (SmolLM3); empty: all rotate
+  std::vector<int> layer_window;  // [n_layers]: 0 = global, W = attend to the last W positions (self included)
   bool tied_embeddings = true;
   int bos_id = 1, eos_id = 2;
 

@@ -22,7 +22,9 @@ void add_file(Sha256& h, const fs::path& p) {
   h.add(static_cast<int64_t>(fs::last_write_time(p, ec).time_since_epoch().count()));
 }
 
-void add_linear(Sha256& h, const Linear& l) { h.add(l.out).add(l.in).add(l.fmt).add(static_cast<uint64_t>(l.b.size())); }
+void add_linear(Sha256& h, const Linear& l) {
+  h.add(l.out).add(l.in).add(l.fmt).add(static_cast<uint64_t>(l.b.size()));
+}
 
 }  // namespace
 
@@ -44,7 +46,16 @@ Sha256Digest model_fingerprint(const Model& m, const std::string& source) {
   h.add_string(c.arch);
   for (int v : {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.max_seq_len})
     h.add(v);
-  h.add(c.norm_eps).add(c.norm).add(c.rope).add(c.mlp).add(c.learned_positions).add(c.tied_embeddings).add(c.qk_norm).add(c.input_norms).add(c.output_norms).add(c.parallel_residual);
+  h.add(c.norm_eps)
+      .add(c.norm)
+      .add(c.rope)
+      .add(c.mlp)
+      .add(c.learned_positions)
+      .add(c.tied_embeddings)
+      .add(c.qk_norm)
+      .add(c.input_norms)
+      .add(c.output_norms)
+      .add(c.parallel_residual);
   for (int l = 0; l < c.n_layers; ++l) h.add(c.layer_attn_scale(l)).add(c.layer_window[l]);
   for (int r : c.layer_rope) h.add(r);
   h.add(c.rotary_dims());

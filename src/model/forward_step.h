@@ -16,9 +16,9 @@ namespace kvlm {
 struct AttentionParams {
   int layer = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  float scale = 1.0f;  // multiplier on q.k
+  float scale = 1.0f;    // multiplier on q.k
   float softcap = 0.0f;  // > 0: scores soft-capped at it after scaling (Gemma 2)
-  int window = 0;      // 0: every earlier position; W: the last W positions, self included
+  int window = 0;        // 0: every earlier position; W: the last W positions, self included
 };
 
 class ForwardStep {

@@ -6,9 +6,9 @@
 #include <set>
 
 #include "core/error.h"
-#include "core/sha256.h"
 #include "core/json.h"
 #include "core/read_file.h"
+#include "core/sha256.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
@@ -47,7 +47,8 @@ void Model::for_each_weight(const std::function<void(DType, size_t)>& f) const {
   for (const LayerWeights& L : layers) {
     f(DType::F32, (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size() +
                    L.q_norm.size() + L.k_norm.size() + L.q_norm_bias.size() + L.k_norm_bias.size() +
-                   L.post_attn_norm.size() + L.post_mlp_norm.size()) * 4);
+                   L.post_attn_norm.size() + L.post_mlp_norm.size()) *
+                      4);
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) linear(*l);
   }
 }
@@ -67,12 +68,14 @@ std::map<std::string, size_t> Model::weight_bytes_by_type() const {
 }
 
 size_t Model::n_params() const {
-  size_t n = static_cast<size_t>(cfg.vocab_size) * cfg.dim + pos_emb.size() + final_norm.size() + final_norm_bias.size();
+  size_t n =
+      static_cast<size_t>(cfg.vocab_size) * cfg.dim + pos_emb.size() + final_norm.size() + final_norm_bias.size();
   auto lin = [](const Linear& l) { return static_cast<size_t>(l.out) * l.in + l.b.size(); };
   if (!cfg.tied_embeddings) n += lin(lm_head);
   for (const LayerWeights& L : layers) {
     n += L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size() + L.q_norm.size() +
-         L.k_norm.size() + L.q_norm_bias.size() + L.k_norm_bias.size() + L.post_attn_norm.size() + L.post_mlp_norm.size();
+         L.k_norm.size() + L.q_norm_bias.size() + L.k_norm_bias.size() + L.post_attn_norm.size() +
+         L.post_mlp_norm.size();
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) n += lin(*l);
   }
   return n;

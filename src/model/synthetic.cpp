@@ -148,8 +148,10 @@ std::unique_ptr<Model> synthetic_model(const ModelConfig& cfg, uint64_t seed) {
 
 size_t synthetic_model_bytes(const ModelConfig& c) {
   const bool gpt = c.norm == NormKind::LayerNorm;
-  size_t n = static_cast<size_t>(c.vocab_size) * c.dim + (c.learned_positions ? static_cast<size_t>(c.max_seq_len) * c.dim : 0);
-  size_t per_layer = static_cast<size_t>(c.dim) * (c.q_dim() + 2 * c.kv_dim()) + static_cast<size_t>(c.q_dim()) * c.dim +
+  size_t n = static_cast<size_t>(c.vocab_size) * c.dim +
+             (c.learned_positions ? static_cast<size_t>(c.max_seq_len) * c.dim : 0);
+  size_t per_layer = static_cast<size_t>(c.dim) * (c.q_dim() + 2 * c.kv_dim()) +
+                     static_cast<size_t>(c.q_dim()) * c.dim +
                      static_cast<size_t>(c.dim) * c.hidden_dim * (c.mlp == MlpKind::SwiGLU ? 3 : 2) + 2 * c.dim;
   if (gpt) per_layer += c.q_dim() + 2 * c.kv_dim() + c.dim + c.hidden_dim + c.dim + 2 * c.dim;
   n += per_layer * c.n_layers + c.dim * (gpt ? 2 : 1);

@@ -58,7 +58,8 @@ ModelConfig gemma_from_hf(const HfReader& r, const char* arch, int pattern, bool
   } else {
     pattern = r.integer_or("sliding_window_pattern", pattern);
     if (pattern <= 0) fail(r.label, ": sliding_window_pattern must be positive");
-    for (int l = 0; l < static_cast<int>(c.layer_window.size()); ++l) c.layer_window[l] = (l + 1) % pattern ? window : 0;
+    for (int l = 0; l < static_cast<int>(c.layer_window.size()); ++l)
+      c.layer_window[l] = (l + 1) % pattern ? window : 0;
   }
   return c;
 }
@@ -95,7 +96,9 @@ void gemma_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c, in
 }
 
 // Without attention.sliding_window llama.cpp gives Gemma 2 its 4096 and Gemma 3 no windows.
-void gemma2_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) { gemma_from_gguf(g, p, c, 2, 46, 4096); }
+void gemma2_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  gemma_from_gguf(g, p, c, 2, 46, 4096);
+}
 void gemma3_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
   gemma_from_gguf(g, p, c, 6, 62, 0);
   c.qk_norm = QkNorm::PerHead;
@@ -170,18 +173,28 @@ void forward_gemma(ForwardStep& s, const Model& m) {
 
 const GgufNames kGemmaGgufNames = {
     "model.layers.",
-    {{"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
-     {"attn_v", "self_attn.v_proj"}, {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
-     {"attn_output", "self_attn.o_proj"}, {"post_attention_norm", "post_attention_layernorm"},
-     {"ffn_norm", "pre_feedforward_layernorm"}, {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"},
-     {"ffn_down", "mlp.down_proj"}, {"post_ffw_norm", "post_feedforward_layernorm"}},
+    {{"attn_norm", "input_layernorm"},
+     {"attn_q", "self_attn.q_proj"},
+     {"attn_k", "self_attn.k_proj"},
+     {"attn_v", "self_attn.v_proj"},
+     {"attn_q_norm", "self_attn.q_norm"},
+     {"attn_k_norm", "self_attn.k_norm"},
+     {"attn_output", "self_attn.o_proj"},
+     {"post_attention_norm", "post_attention_layernorm"},
+     {"ffn_norm", "pre_feedforward_layernorm"},
+     {"ffn_gate", "mlp.gate_proj"},
+     {"ffn_up", "mlp.up_proj"},
+     {"ffn_down", "mlp.down_proj"},
+     {"post_ffw_norm", "post_feedforward_layernorm"}},
     {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}}};
 
 }  // namespace
 
-extern const Family kGemma2Family = {"gemma2",         "gemma2",          "Gemma2ForCausalLM", "gemma2",  gemma2_from_hf,
-                                     gemma2_from_gguf, &kGemmaGgufNames,  bind_gemma,          forward_gemma};
-extern const Family kGemma3Family = {"gemma3",         "gemma3_text",     "Gemma3ForCausalLM", "gemma3",  gemma3_from_hf,
-                                     gemma3_from_gguf, &kGemmaGgufNames,  bind_gemma,          forward_gemma};
+extern const Family kGemma2Family = {"gemma2",         "gemma2",       "Gemma2ForCausalLM",
+                                     "gemma2",         gemma2_from_hf, gemma2_from_gguf,
+                                     &kGemmaGgufNames, bind_gemma,     forward_gemma};
+extern const Family kGemma3Family = {"gemma3",         "gemma3_text",  "Gemma3ForCausalLM",
+                                     "gemma3",         gemma3_from_hf, gemma3_from_gguf,
+                                     &kGemmaGgufNames, bind_gemma,     forward_gemma};
 
 }  // namespace kvlm

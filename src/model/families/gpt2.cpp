@@ -88,19 +88,24 @@ void bind_gpt2(const TensorSource& s, Model& m, TensorLayout layout) {
     L.wq = split_rows(qkv, 0, c.dim);
     L.wk = split_rows(qkv, c.dim, c.dim);
     L.wv = split_rows(qkv, 2 * c.dim, c.dim);
-    L.wo = conv ? bind_conv1d(s, lp + "attn.c_proj", c.dim, c.dim) : bind_linear(s, lp + "attn.c_proj", c.dim, c.dim, true);
+    L.wo = conv ? bind_conv1d(s, lp + "attn.c_proj", c.dim, c.dim)
+                : bind_linear(s, lp + "attn.c_proj", c.dim, c.dim, true);
   });
 }
 
 const GgufNames kGpt2GgufNames = {
     "h.",
-    {{"attn_norm", "ln_1"}, {"attn_qkv", "attn.c_attn"}, {"attn_output", "attn.c_proj"},
-     {"ffn_norm", "ln_2"}, {"ffn_up", "mlp.c_fc"}, {"ffn_down", "mlp.c_proj"}},
+    {{"attn_norm", "ln_1"},
+     {"attn_qkv", "attn.c_attn"},
+     {"attn_output", "attn.c_proj"},
+     {"ffn_norm", "ln_2"},
+     {"ffn_up", "mlp.c_fc"},
+     {"ffn_down", "mlp.c_proj"}},
     {{"token_embd", "wte"}, {"position_embd", "wpe"}, {"output_norm", "ln_f"}, {"output", "lm_head"}}};
 
 }  // namespace
 
-extern const Family kGpt2Family = {"gpt2",         "gpt2",          "GPT2LMHeadModel", "gpt2",      gpt2_from_hf,
-                                   gpt2_from_gguf, &kGpt2GgufNames, bind_gpt2,        forward_gpt};
+extern const Family kGpt2Family = {"gpt2",         "gpt2",          "GPT2LMHeadModel", "gpt2",     gpt2_from_hf,
+                                   gpt2_from_gguf, &kGpt2GgufNames, bind_gpt2,         forward_gpt};
 
 }  // namespace kvlm

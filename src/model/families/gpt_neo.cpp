@@ -8,8 +8,8 @@ namespace kvlm {
 namespace {
 
 ModelConfig gpt_neo_from_hf(const HfReader& r) {
-  ModelConfig c =
-      gpt_like_from_hf(r, "gpt_neo", {"hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"});
+  ModelConfig c = gpt_like_from_hf(
+      r, "gpt_neo", {"hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"});
   c.attn_scale = 1.0f;  // GPT-Neo does not scale attention scores by 1/sqrt(d)
   c.qkv_bias = 0;
   c.o_bias = c.mlp_bias = 1;

@@ -59,8 +59,8 @@ void forward_granite(ForwardStep& s, const Model& m) {
 
 }  // namespace
 
-extern const Family kGraniteFamily = {"granite",       "granite",         "GraniteForCausalLM", "granite",
-                                      granite_from_hf, granite_from_gguf, &kLlamaGgufNames,     bind_llama_like,
-                                      forward_granite};
+extern const Family kGraniteFamily = {"granite",        "granite",       "GraniteForCausalLM",
+                                      "granite",        granite_from_hf, granite_from_gguf,
+                                      &kLlamaGgufNames, bind_llama_like, forward_granite};
 
 }  // namespace kvlm

@@ -119,7 +119,6 @@ void read_hf_rope(const HfReader& r, ModelConfig& c, bool partial_rotary) {
          r.string_or("model_type", "?"));
 }
 
-
 void apply_layer_types(const HfReader& r, ModelConfig& c, int window) {
   if (!r.has("layer_types") || window <= 0) return;
   const nlohmann::json& lt = r.j["layer_types"];
@@ -136,10 +135,12 @@ void read_gguf_rope(const GgufFile& g, const std::string& p, ModelConfig& c) {
   c.rope_theta = static_cast<float>(gguf_float(g, p + "rope.freq_base", 10000.0));
   if (g.has(p + "rope.dimension_count")) {  // partial rotary where below head_dim
     const int n_rot = gguf_int(g, p + "rope.dimension_count", 0, 1 << 20);
-    if (n_rot > c.head_dim || n_rot % 2) fail(g.path, ": ", p, "rope.dimension_count = ", n_rot, " must be even and at most head_dim ", c.head_dim);
+    if (n_rot > c.head_dim || n_rot % 2)
+      fail(g.path, ": ", p, "rope.dimension_count = ", n_rot, " must be even and at most head_dim ", c.head_dim);
     c.rope_dims = n_rot == c.head_dim ? 0 : n_rot;
   }
-  std::string type = g.has(p + "rope.scaling.type") ? g.get(p + "rope.scaling.type").as_string("rope.scaling.type") : "";
+  std::string type =
+      g.has(p + "rope.scaling.type") ? g.get(p + "rope.scaling.type").as_string("rope.scaling.type") : "";
   double factor = gguf_float(g, p + "rope.scaling.factor", 0.0);
   if (g.has(p + "rope.scale_linear")) {  // older files: a linear factor and no type
     if (!type.empty() && type != "linear") fail(g.path, ": rope.scale_linear conflicts with rope.scaling.type ", type);
@@ -220,9 +221,15 @@ void forward_llama(ForwardStep& s, const Model& m) {
 
 const GgufNames kLlamaGgufNames = {
     "model.layers.",
-    {{"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
-     {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
-     {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"}, {"ffn_down", "mlp.down_proj"}},
+    {{"attn_norm", "input_layernorm"},
+     {"attn_q", "self_attn.q_proj"},
+     {"attn_k", "self_attn.k_proj"},
+     {"attn_v", "self_attn.v_proj"},
+     {"attn_output", "self_attn.o_proj"},
+     {"ffn_norm", "post_attention_layernorm"},
+     {"ffn_gate", "mlp.gate_proj"},
+     {"ffn_up", "mlp.up_proj"},
+     {"ffn_down", "mlp.down_proj"}},
     {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}}};
 
 namespace {
@@ -242,7 +249,7 @@ void llama_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
 
 }  // namespace
 
-extern const Family kLlamaFamily = {"llama",        "llama",          "LlamaForCausalLM", "llama",      llama_from_hf,
+extern const Family kLlamaFamily = {"llama",         "llama",          "LlamaForCausalLM", "llama",      llama_from_hf,
                                     llama_from_gguf, &kLlamaGgufNames, bind_llama_like,    forward_llama};
 
 }  // namespace kvlm

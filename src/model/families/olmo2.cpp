@@ -25,7 +25,8 @@ ModelConfig olmo_from_hf(const HfReader& r, const char* arch, bool windows) {
     if (r.has("layer_types"))
       apply_layer_types(r, c, window);
     else  // transformers' default pattern
-      for (int l = 0; l < static_cast<int>(c.layer_window.size()); ++l) c.layer_window[l] = (l + 1) % 4 != 0 ? window : 0;
+      for (int l = 0; l < static_cast<int>(c.layer_window.size()); ++l)
+        c.layer_window[l] = (l + 1) % 4 != 0 ? window : 0;
   }
   return c;
 }
@@ -100,10 +101,17 @@ void forward_olmo2(ForwardStep& s, const Model& m) {
 
 const GgufNames kOlmo2GgufNames = {
     "model.layers.",
-    {{"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"}, {"attn_v", "self_attn.v_proj"},
-     {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"}, {"attn_output", "self_attn.o_proj"},
-     {"post_attention_norm", "post_attention_layernorm"}, {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"},
-     {"ffn_down", "mlp.down_proj"}, {"post_ffw_norm", "post_feedforward_layernorm"}},
+    {{"attn_q", "self_attn.q_proj"},
+     {"attn_k", "self_attn.k_proj"},
+     {"attn_v", "self_attn.v_proj"},
+     {"attn_q_norm", "self_attn.q_norm"},
+     {"attn_k_norm", "self_attn.k_norm"},
+     {"attn_output", "self_attn.o_proj"},
+     {"post_attention_norm", "post_attention_layernorm"},
+     {"ffn_gate", "mlp.gate_proj"},
+     {"ffn_up", "mlp.up_proj"},
+     {"ffn_down", "mlp.down_proj"},
+     {"post_ffw_norm", "post_feedforward_layernorm"}},
     {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}}};
 
 }  // namespace
@@ -111,7 +119,7 @@ const GgufNames kOlmo2GgufNames = {
 extern const Family kOlmo2Family = {"olmo2",         "olmo2",          "Olmo2ForCausalLM", "olmo2",      olmo2_from_hf,
                                     olmo2_from_gguf, &kOlmo2GgufNames, bind_olmo2,         forward_olmo2};
 // GGUF files of OLMo 3 say "olmo2" (llama.cpp runs both as one architecture).
-extern const Family kOlmo3Family = {"olmo3", "olmo3",    "Olmo3ForCausalLM", nullptr,      olmo3_from_hf,
-                                    nullptr, nullptr,    bind_olmo2,         forward_olmo2};
+extern const Family kOlmo3Family = {"olmo3", "olmo3", "Olmo3ForCausalLM", nullptr,      olmo3_from_hf,
+                                    nullptr, nullptr, bind_olmo2,         forward_olmo2};
 
 }  // namespace kvlm

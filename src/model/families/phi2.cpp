@@ -107,9 +107,14 @@ void forward_phi2(ForwardStep& s, const Model& m) {
 
 const GgufNames kPhi2GgufNames = {
     "model.layers.",
-    {{"attn_norm", "input_layernorm"}, {"attn_qkv", "self_attn.qkv_proj"}, {"attn_q", "self_attn.q_proj"},
-     {"attn_k", "self_attn.k_proj"}, {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.dense"},
-     {"ffn_up", "mlp.fc1"}, {"ffn_down", "mlp.fc2"}},
+    {{"attn_norm", "input_layernorm"},
+     {"attn_qkv", "self_attn.qkv_proj"},
+     {"attn_q", "self_attn.q_proj"},
+     {"attn_k", "self_attn.k_proj"},
+     {"attn_v", "self_attn.v_proj"},
+     {"attn_output", "self_attn.dense"},
+     {"ffn_up", "mlp.fc1"},
+     {"ffn_down", "mlp.fc2"}},
     {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.final_layernorm"}, {"output", "lm_head"}}};
 
 }  // namespace

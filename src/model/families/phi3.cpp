@@ -52,8 +52,12 @@ void bind_phi3(const TensorSource& s, Model& m, TensorLayout) {
 
 const GgufNames kPhi3GgufNames = {
     "model.layers.",
-    {{"attn_norm", "input_layernorm"}, {"attn_qkv", "self_attn.qkv_proj"}, {"attn_output", "self_attn.o_proj"},
-     {"ffn_norm", "post_attention_layernorm"}, {"ffn_up", "mlp.gate_up_proj"}, {"ffn_down", "mlp.down_proj"}},
+    {{"attn_norm", "input_layernorm"},
+     {"attn_qkv", "self_attn.qkv_proj"},
+     {"attn_output", "self_attn.o_proj"},
+     {"ffn_norm", "post_attention_layernorm"},
+     {"ffn_up", "mlp.gate_up_proj"},
+     {"ffn_down", "mlp.down_proj"}},
     {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}}};
 
 }  // namespace

@@ -58,15 +58,22 @@ void forward_qwen3(ForwardStep& s, const Model& m) {
 
 const GgufNames kQwen3GgufNames = {
     "model.layers.",
-    {{"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
-     {"attn_v", "self_attn.v_proj"}, {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
-     {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"}, {"ffn_gate", "mlp.gate_proj"},
-     {"ffn_up", "mlp.up_proj"}, {"ffn_down", "mlp.down_proj"}},
+    {{"attn_norm", "input_layernorm"},
+     {"attn_q", "self_attn.q_proj"},
+     {"attn_k", "self_attn.k_proj"},
+     {"attn_v", "self_attn.v_proj"},
+     {"attn_q_norm", "self_attn.q_norm"},
+     {"attn_k_norm", "self_attn.k_norm"},
+     {"attn_output", "self_attn.o_proj"},
+     {"ffn_norm", "post_attention_layernorm"},
+     {"ffn_gate", "mlp.gate_proj"},
+     {"ffn_up", "mlp.up_proj"},
+     {"ffn_down", "mlp.down_proj"}},
     {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}}};
 
 }  // namespace
 
-extern const Family kQwen3Family = {"qwen3",         "qwen3",          "Qwen3ForCausalLM", "qwen3",    qwen3_from_hf,
+extern const Family kQwen3Family = {"qwen3",         "qwen3",          "Qwen3ForCausalLM", "qwen3",      qwen3_from_hf,
                                     qwen3_from_gguf, &kQwen3GgufNames, bind_qwen3,         forward_qwen3};
 
 }  // namespace kvlm

@@ -7,12 +7,14 @@
 namespace kvlm {
 
 extern const Family kLlamaFamily, kMistralFamily, kQwen2Family, kQwen3Family, kSmolLm3Family, kGraniteFamily,
-    kOlmo2Family, kOlmo3Family, kGemma2Family, kGemma3Family, kPhi3Family,
-    kPhi2Family, kStableLmFamily, kGpt2Family, kGptNeoFamily;
+    kOlmo2Family, kOlmo3Family, kGemma2Family, kGemma3Family, kPhi3Family, kPhi2Family, kStableLmFamily, kGpt2Family,
+    kGptNeoFamily;
 
 const std::vector<const Family*>& families() {
-  static const std::vector<const Family*> table = {&kLlamaFamily, &kMistralFamily, &kQwen2Family, &kQwen3Family, &kSmolLm3Family, &kGraniteFamily, &kOlmo2Family, &kOlmo3Family, &kGemma2Family, &kGemma3Family, &kPhi3Family, &kPhi2Family, &kStableLmFamily, &kGpt2Family,
-                                                   &kGptNeoFamily};
+  static const std::vector<const Family*> table = {&kLlamaFamily,    &kMistralFamily, &kQwen2Family, &kQwen3Family,
+                                                   &kSmolLm3Family,  &kGraniteFamily, &kOlmo2Family, &kOlmo3Family,
+                                                   &kGemma2Family,   &kGemma3Family,  &kPhi3Family,  &kPhi2Family,
+                                                   &kStableLmFamily, &kGpt2Family,    &kGptNeoFamily};
   return table;
 }
 

@@ -67,8 +67,8 @@ void forward_smollm3(ForwardStep& s, const Model& m) {
 
 }  // namespace
 
-extern const Family kSmolLm3Family = {"smollm3",         "smollm3",        "SmolLM3ForCausalLM", "smollm3",
-                                      smollm3_from_hf,   smollm3_from_gguf, &kLlamaGgufNames,     bind_llama_like,
-                                      forward_smollm3};
+extern const Family kSmolLm3Family = {"smollm3",        "smollm3",       "SmolLM3ForCausalLM",
+                                      "smollm3",        smollm3_from_hf, smollm3_from_gguf,
+                                      &kLlamaGgufNames, bind_llama_like, forward_smollm3};
 
 }  // namespace kvlm

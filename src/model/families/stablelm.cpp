@@ -42,7 +42,8 @@ void stablelm_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c)
   c.rope_theta = static_cast<float>(gguf_float(g, p + "rope.freq_base", 10000.0));
   const int rot = gguf_int(g, p + "rope.dimension_count", 2, c.head_dim);
   c.rope_dims = rot == c.head_dim ? 0 : rot;
-  c.parallel_residual = g.has(p + "use_parallel_residual") && g.get(p + "use_parallel_residual").as_bool("use_parallel_residual");
+  c.parallel_residual =
+      g.has(p + "use_parallel_residual") && g.get(p + "use_parallel_residual").as_bool("use_parallel_residual");
   if (g.tensors.has("blk.0.attn_q_norm.weight")) c.qk_norm = QkNorm::EachHead;
 }
 
@@ -119,16 +120,23 @@ void forward_stablelm(ForwardStep& s, const Model& m) {
 
 const GgufNames kStableLmGgufNames = {
     "model.layers.",
-    {{"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
-     {"attn_v", "self_attn.v_proj"}, {"attn_q_norm", "self_attn.q_layernorm"}, {"attn_k_norm", "self_attn.k_layernorm"},
-     {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"}, {"ffn_gate", "mlp.gate_proj"},
-     {"ffn_up", "mlp.up_proj"}, {"ffn_down", "mlp.down_proj"}},
+    {{"attn_norm", "input_layernorm"},
+     {"attn_q", "self_attn.q_proj"},
+     {"attn_k", "self_attn.k_proj"},
+     {"attn_v", "self_attn.v_proj"},
+     {"attn_q_norm", "self_attn.q_layernorm"},
+     {"attn_k_norm", "self_attn.k_layernorm"},
+     {"attn_output", "self_attn.o_proj"},
+     {"ffn_norm", "post_attention_layernorm"},
+     {"ffn_gate", "mlp.gate_proj"},
+     {"ffn_up", "mlp.up_proj"},
+     {"ffn_down", "mlp.down_proj"}},
     {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}}};
 
 }  // namespace
 
-extern const Family kStableLmFamily = {"stablelm",         "stablelm",          "StableLmForCausalLM", "stablelm",
-                                       stablelm_from_hf,   stablelm_from_gguf,  &kStableLmGgufNames,   bind_stablelm,
-                                       forward_stablelm};
+extern const Family kStableLmFamily = {"stablelm",          "stablelm",       "StableLmForCausalLM",
+                                       "stablelm",          stablelm_from_hf, stablelm_from_gguf,
+                                       &kStableLmGgufNames, bind_stablelm,    forward_stablelm};
 
 }  // namespace kvlm
