@@ -172,6 +172,28 @@ TEST(GgufRope, UnsupportedRopeKeysAreRefused) {
   EXPECT_FLOAT_EQ(b->cfg.rope_factor, 2.0f);
 }
 
+// The LayerNorm families read their RoPE keys as llama-like ones do: scaling honoured or refused,
+// never ignored, and no rotated width below two.
+TEST(GgufRope, LayerNormFamiliesReadTheSameRopeKeys) {
+  for (const char* fixture : {"phi2_tiny", "stablelm_tiny"}) {
+    SCOPED_TRACE(fixture);
+    const std::string arch = fixture == std::string("phi2_tiny") ? "phi2." : "stablelm.";
+    auto with = [&](const char* name, std::function<void(Meta&)> f) {
+      return edit_gguf(gguf_fixture(fixture), name, [&](Meta& m, Tensors&) { f(m); });
+    };
+    EXPECT_ERROR_HAS(load_model(with("ln_yarn.gguf", [&](Meta& m) { m[arch + "rope.scaling.type"] = test::gguf_str("yarn"); })),
+                     "rope.scaling.type 'yarn'");
+    EXPECT_ERROR_HAS(load_model(with("ln_rot0.gguf", [&](Meta& m) { m[arch + "rope.dimension_count"] = test::gguf_u32(0); })),
+                     "rope.dimension_count");
+    auto linear = load_model(with("ln_linear.gguf", [&](Meta& m) {
+      m[arch + "rope.scaling.type"] = test::gguf_str("linear");
+      m[arch + "rope.scaling.factor"] = test::gguf_f32(2.0f);
+    }));
+    EXPECT_EQ(linear->cfg.rope_scaling, "linear");
+    EXPECT_FLOAT_EQ(linear->cfg.rope_factor, 2.0f);
+  }
+}
+
 // Item 15: overlapping tensor data and tensors no layer uses are refused, as llama.cpp does.
 TEST(GgufStructure, OverlapAndUnusedTensorsAreRefused) {
   std::string overlap = edit_gguf(gguf_fixture("llama_tiny"), "overlap.gguf", [](Meta&, Tensors& ts) {

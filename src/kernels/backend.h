@@ -14,6 +14,7 @@
 #include "kernels/attention_batch.h"
 #include "kernels/dtype.h"
 #include "kernels/linear.h"
+#include "kernels/ops.h"
 
 namespace kvlm {
 
@@ -24,14 +25,6 @@ struct EmbeddingRows {
   const void* data = nullptr;
   size_t row_bytes = 0;
   int width = 0;
-};
-
-// Rotary embedding of head vectors: pairs (2i, 2i+1) or (i, i + d/2) among the first rot_dims
-// values of each head (the rest pass through), inverse frequency per pair.
-struct RopeSpec {
-  bool adjacent_pairs = false;
-  const float* inv_freq = nullptr;  // [rot_dims / 2]
-  int head_dim = 0, rot_dims = 0;
 };
 
 class Backend {

@@ -65,18 +65,7 @@ void CpuBackend::matmul_f32(const float* w, int out, int in, const float* x, int
 
 void CpuBackend::rope(const RopeSpec& r, float* x, int n, int n_heads, const int* pos) {
   const size_t width = static_cast<size_t>(n_heads) * r.head_dim;
-  const int half = r.rot_dims / 2;
-  for_rows(ctx_.pool(), n, width, [&](int t) {
-    float cs[512], sn[512];  // head_dim is validated to at most 1024
-    rope_angles(pos[t], r.inv_freq, half, cs, sn);
-    for (int h = 0; h < n_heads; ++h) {
-      float* v = x + t * width + static_cast<size_t>(h) * r.head_dim;
-      if (r.adjacent_pairs)
-        rope_adjacent(v, r.rot_dims, cs, sn);
-      else
-        rope_rotate_half(v, r.rot_dims, cs, sn);
-    }
-  });
+  for_rows(ctx_.pool(), n, width, [&](int t) { rope_heads(r, x + t * width, n_heads, pos[t]); });
 }
 
 void CpuBackend::attention(const AttentionBatch& b) { attention_batch(b, ctx_.pool()); }

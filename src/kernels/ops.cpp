@@ -156,6 +156,18 @@ void rope_adjacent(float* v, int head_dim, const float* cos, const float* sin) {
   }
 }
 
+void rope_heads(const RopeSpec& r, float* heads, int n_heads, int pos) {
+  float cs[512], sn[512];  // head_dim is validated to at most 1024
+  rope_angles(pos, r.inv_freq, r.rot_dims / 2, cs, sn);
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = heads + static_cast<size_t>(h) * r.head_dim;
+    if (r.adjacent_pairs)
+      rope_adjacent(v, r.rot_dims, cs, sn);
+    else
+      rope_rotate_half(v, r.rot_dims, cs, sn);
+  }
+}
+
 void rope_rotate_half(float* v, int head_dim, const float* cos, const float* sin) {
   int half = head_dim / 2;
   for (int i = 0; i < half; ++i) {

@@ -10,7 +10,8 @@ namespace kvlm {
 // y[n][out] = x[n][in] * W^T (+ b). W is row-major [out][in]; b may be null.
 // pool: where it is split (default: the process pool).
 class ThreadPool;
-void matmul(const float* W, const float* b, int out, int in, const float* x, int n, float* y, ThreadPool* pool = nullptr);
+void matmul(const float* W, const float* b, int out, int in, const float* x, int n, float* y,
+            ThreadPool* pool = nullptr);
 
 // out[i] = x[i] / rms(x) * weight[i]
 void rmsnorm(const float* x, const float* weight, float* out, int dim, float eps);
@@ -35,5 +36,16 @@ void gelu_tanh_inplace(float* h, size_t n);
 void rope_angles(int pos, const float* inv_freq, int half, float* cos, float* sin);
 void rope_adjacent(float* v, int head_dim, const float* cos, const float* sin);
 void rope_rotate_half(float* v, int head_dim, const float* cos, const float* sin);
+
+// Rotary embedding of head vectors: pairs (2i, 2i+1) or (i, i + d/2) among the first rot_dims
+// values of each head (the rest pass through), inverse frequency per pair.
+struct RopeSpec {
+  bool adjacent_pairs = false;
+  const float* inv_freq = nullptr;  // [rot_dims / 2]
+  int head_dim = 0, rot_dims = 0;
+};
+// Rotates n_heads consecutive head vectors of one position (angles computed once); a negative
+// pos rotates back.
+void rope_heads(const RopeSpec& r, float* heads, int n_heads, int pos);
 
 }  // namespace kvlm

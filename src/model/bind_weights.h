@@ -12,7 +12,7 @@ namespace kvlm {
 // stored: no f32 copy of the model is made for them.
 Linear bind_linear(const TensorSource& s, const std::string& name, int out, int in, bool bias);
 // The token table in its stored type: f32 borrowed as it is, any other type kept as rows that
-// Model::embed widens one token at a time.
+// the backend's embed op widens one token at a time.
 void bind_token_embedding(const TensorSource& s, const std::string& name, Model& m);
 // The LM head: "lm_head", or when the config ties it, the embedding tensor `embedding` (without
 // ".weight") in its stored type; an f32 tied table is left to the forward (lm_head stays empty).

@@ -22,9 +22,7 @@ void embed(ForwardStep& s, const Model& m, float* x, float* pos) {
 
 void rope(ForwardStep& s, const Model& m, int layer, float* x, int n_heads) {
   const RopeTable& t = m.rope_of_layer(layer);
-  if (t.kind == RopeKind::None) return;
-  RopeSpec r{t.kind == RopeKind::AdjacentPairs, t.inv_freq.data(), t.head_dim, t.rot_dims};
-  s.ops.rope(r, x, s.rows(), n_heads, s.positions.data());
+  if (t.kind != RopeKind::None) s.ops.rope(t.spec(), x, s.rows(), n_heads, s.positions.data());
 }
 
 void qkv(ForwardStep& s, const LayerWeights& L, const float* xn, float* q, float* k, float* v) {

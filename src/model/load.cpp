@@ -21,16 +21,6 @@ namespace kvlm {
 
 namespace fs = std::filesystem;
 
-void Model::embed(int tok, float* out) const {
-  const size_t dim = static_cast<size_t>(cfg.dim);
-  if (tok_emb_type == DType::F32) {
-    std::copy_n(tok_emb.data() + static_cast<size_t>(tok) * dim, dim, out);
-    return;
-  }
-  const size_t row = tok_emb_rows.size() / static_cast<size_t>(cfg.vocab_size);
-  dtype_traits(tok_emb_type).to_float(tok_emb_rows.data() + static_cast<size_t>(tok) * row, out, dim);
-}
-
 EmbeddingRows Model::token_rows() const {
   if (tok_emb_type == DType::F32) return {DType::F32, tok_emb.data(), cfg.dim * sizeof(float), cfg.dim};
   return {tok_emb_type, tok_emb_rows.data(), tok_emb_rows.size() / static_cast<size_t>(cfg.vocab_size), cfg.dim};
@@ -45,10 +35,7 @@ void Model::for_each_weight(const std::function<void(DType, size_t)>& f) const {
   f(DType::F32, (pos_emb.size() + final_norm.size() + final_norm_bias.size()) * sizeof(float));
   linear(lm_head);
   for (const LayerWeights& L : layers) {
-    f(DType::F32, (L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size() +
-                   L.q_norm.size() + L.k_norm.size() + L.q_norm_bias.size() + L.k_norm_bias.size() +
-                   L.post_attn_norm.size() + L.post_mlp_norm.size()) *
-                      4);
+    for (const Buffer<float>* v : L.vectors()) f(DType::F32, v->size() * sizeof(float));
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) linear(*l);
   }
 }
@@ -73,9 +60,7 @@ size_t Model::n_params() const {
   auto lin = [](const Linear& l) { return static_cast<size_t>(l.out) * l.in + l.b.size(); };
   if (!cfg.tied_embeddings) n += lin(lm_head);
   for (const LayerWeights& L : layers) {
-    n += L.attn_norm.size() + L.attn_norm_bias.size() + L.mlp_norm.size() + L.mlp_norm_bias.size() + L.q_norm.size() +
-         L.k_norm.size() + L.q_norm_bias.size() + L.k_norm_bias.size() + L.post_attn_norm.size() +
-         L.post_mlp_norm.size();
+    for (const Buffer<float>* v : L.vectors()) n += v->size();
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) n += lin(*l);
   }
   return n;

@@ -25,6 +25,12 @@ struct LayerWeights {
   Linear w_gate;                                 // [hidden][dim], SwiGLU only
   Linear w_up;                                   // [hidden][dim]
   Linear w_down;                                 // [dim][hidden]
+
+  // Every per-layer vector (norm weights and biases), for the byte and parameter counts.
+  std::array<const Buffer<float>*, 10> vectors() const {
+    return {&attn_norm, &attn_norm_bias, &q_norm,        &k_norm,   &q_norm_bias,
+            &k_norm_bias, &post_attn_norm, &post_mlp_norm, &mlp_norm, &mlp_norm_bias};
+  }
 };
 
 struct Model {
@@ -50,8 +56,6 @@ struct Model {
   // set by load_model and synthetic_model.
   std::array<uint8_t, 32> fingerprint{};
 
-  // Token `tok`'s embedding, widened to f32 into out[dim].
-  void embed(int tok, float* out) const;
   // The token embedding table as the backend's embed op reads it.
   EmbeddingRows token_rows() const;
   size_t embedding_bytes() const { return tok_emb.bytes() + tok_emb_rows.bytes(); }

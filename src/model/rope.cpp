@@ -37,17 +37,7 @@ RopeTable RopeTable::for_config(const ModelConfig& cfg) {
 }
 
 void RopeTable::rotate_heads(float* heads, int n_heads, int pos) const {
-  if (kind == RopeKind::None) return;
-  const int half = rot_dims / 2;
-  float cs[512], sn[512];  // head_dim is validated to at most 1024
-  rope_angles(pos, inv_freq.data(), half, cs, sn);
-  for (int h = 0; h < n_heads; ++h) {
-    float* v = heads + static_cast<size_t>(h) * head_dim;
-    if (kind == RopeKind::AdjacentPairs)
-      rope_adjacent(v, rot_dims, cs, sn);
-    else
-      rope_rotate_half(v, rot_dims, cs, sn);
-  }
+  if (kind != RopeKind::None) rope_heads(spec(), heads, n_heads, pos);
 }
 
 }  // namespace kvlm

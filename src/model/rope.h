@@ -4,6 +4,7 @@
 #pragma once
 #include <vector>
 
+#include "kernels/ops.h"
 #include "model/config.h"
 
 namespace kvlm {
@@ -15,6 +16,8 @@ struct RopeTable {
   std::vector<float> inv_freq;  // [rot_dims/2]
 
   static RopeTable for_config(const ModelConfig& c);
+  // The table as the rotation kernels read it.
+  RopeSpec spec() const { return RopeSpec{kind == RopeKind::AdjacentPairs, inv_freq.data(), head_dim, rot_dims}; }
   // Rotates n_heads consecutive head vectors of one position (angles computed once); no-op
   // without RoPE. A negative pos rotates back.
   void rotate_heads(float* heads, int n_heads, int pos) const;

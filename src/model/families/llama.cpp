@@ -127,14 +127,10 @@ void apply_layer_types(const HfReader& r, ModelConfig& c, int window) {
   for (int i = 0; i < c.n_layers; ++i) c.layer_window[i] = lt[i] == "sliding_attention" ? window : 0;
 }
 
-namespace {
-
-// rope.*: freq_base, linear scaling (rope.scaling.type/factor or the older rope.scale_linear) and
-// the rotated width are honoured; YaRN, LongRoPE, attn_factor != 1 and partial rotation refused.
 void read_gguf_rope(const GgufFile& g, const std::string& p, ModelConfig& c) {
   c.rope_theta = static_cast<float>(gguf_float(g, p + "rope.freq_base", 10000.0));
   if (g.has(p + "rope.dimension_count")) {  // partial rotary where below head_dim
-    const int n_rot = gguf_int(g, p + "rope.dimension_count", 0, 1 << 20);
+    const int n_rot = gguf_int(g, p + "rope.dimension_count", 2, 1 << 20);
     if (n_rot > c.head_dim || n_rot % 2)
       fail(g.path, ": ", p, "rope.dimension_count = ", n_rot, " must be even and at most head_dim ", c.head_dim);
     c.rope_dims = n_rot == c.head_dim ? 0 : n_rot;
@@ -159,8 +155,6 @@ void read_gguf_rope(const GgufFile& g, const std::string& p, ModelConfig& c) {
   if (attn_factor != 1.0)
     fail(g.path, ": ", p, "rope.scaling.attn_factor = ", attn_factor, " is not supported (only 1)");
 }
-
-}  // namespace
 
 void llama_like_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
   c.norm = NormKind::RMSNorm;

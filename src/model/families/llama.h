@@ -23,6 +23,10 @@ void apply_layer_types(const HfReader& r, ModelConfig& c, int window);
 // GGUF: RMSNorm epsilon, SwiGLU, RoPE base/scaling and Llama 3's rope_freqs. The caller sets the
 // rotation convention (llama.cpp permutes llama's q/k rows to adjacent pairs, not qwen2's).
 void llama_like_from_gguf(const GgufFile& g, const std::string& prefix, ModelConfig& c);
+// rope.*: freq_base, the rotated width (rope.dimension_count below head_dim: partial rotary) and
+// linear scaling (rope.scaling.type/factor or the older rope.scale_linear) are honoured; YaRN,
+// LongRoPE and attn_factor != 1 refused. The caller sets the rotation convention.
+void read_gguf_rope(const GgufFile& g, const std::string& prefix, ModelConfig& c);
 void bind_llama_like(const TensorSource& s, Model& m, TensorLayout layout);
 // The Llama layer: RMSNorm, q/k/v (biases where bound), RoPE, attention, SwiGLU.
 void forward_llama(ForwardStep& s, const Model& m);

@@ -39,9 +39,7 @@ void stablelm_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c)
   c.mlp = MlpKind::SwiGLU;
   c.norm_eps = static_cast<float>(g.get(p + "attention.layer_norm_epsilon").as_float("layer_norm_epsilon"));
   c.rope = RopeKind::RotateHalf;
-  c.rope_theta = static_cast<float>(gguf_float(g, p + "rope.freq_base", 10000.0));
-  const int rot = gguf_int(g, p + "rope.dimension_count", 2, c.head_dim);
-  c.rope_dims = rot == c.head_dim ? 0 : rot;
+  read_gguf_rope(g, p, c);
   c.parallel_residual =
       g.has(p + "use_parallel_residual") && g.get(p + "use_parallel_residual").as_bool("use_parallel_residual");
   if (g.tensors.has("blk.0.attn_q_norm.weight")) c.qk_norm = QkNorm::EachHead;
