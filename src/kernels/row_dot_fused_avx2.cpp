@@ -135,8 +135,8 @@ void q6k_scales(const uint8_t* b, int16_t* sc) {
 }
 
 // Q3_K's sixteen 6-bit sub-scales (ggml_blocks' q3k_scales, the same values): the four 32-bit
-// words rebuilt with integer ops and widened in one register, where the shared scalar decoder,
-// out of line, took about a fifth of a decode step on a Q3_K_M model.
+// words rebuilt with integer ops and widened in one register, inline, since decode pays for them
+// once per 256 values of every row (docs/benchmarks.md has what the out-of-line decoder cost).
 void q3k_scales_inline(const uint8_t* b, int16_t* sc) {
   uint32_t aux[3];
   std::memcpy(aux, b + 96, 12);
