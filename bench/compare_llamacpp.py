@@ -34,6 +34,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = {
     "tinyllama": dict(arch="llama", dim=2048, hidden=5632, layers=22, heads=32, kv_heads=4, vocab=32000, ctx=2048),
     "gpt2": dict(arch="gpt2", dim=768, hidden=3072, layers=12, heads=12, kv_heads=12, vocab=50257, ctx=1024),
+    # Mixtral 8x7B's structure at a size this machine runs: 8 experts, 2 per token, expert width
+    # 3.5x the model width, 4 query heads per KV head (1.2B parameters, 0.4B active per token).
+    "mixtral": dict(arch="llama", dim=1024, hidden=3584, layers=12, heads=16, kv_heads=4, vocab=32000, ctx=4096,
+                    experts=8, experts_used=2),
 }
 
 
@@ -79,8 +83,12 @@ def write_gguf(path, shape, qtype, shared, seed=0):
         w.add_bos_token_id(50256)
         w.add_eos_token_id(50256)
 
-    def mat(name, rows, cols, quant=True):
-        a = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float32)
+    if s.get("experts"):
+        w.add_expert_count(s["experts"])
+        w.add_expert_used_count(s["experts_used"])
+
+    def mat(name, rows, cols, quant=True, stack=0):
+        a = (rng.standard_normal((stack, rows, cols) if stack else (rows, cols), dtype=np.float32) * 0.02)
         if quant and T == gguf.GGMLQuantizationType.F16:
             w.add_tensor(name, a.astype(np.float16))
         elif quant:
@@ -109,6 +117,12 @@ def write_gguf(path, shape, qtype, shared, seed=0):
             mat(p + "attn_k.weight", kv, d)
             mat(p + "attn_v.weight", kv, d)
             mat(p + "attn_output.weight", d, d)
+            if s.get("experts"):  # router in f32, as llama.cpp's quantizer keeps it
+                mat(p + "ffn_gate_inp.weight", s["experts"], d, quant=False)
+                mat(p + "ffn_gate_exps.weight", h, d, stack=s["experts"])
+                mat(p + "ffn_up_exps.weight", h, d, stack=s["experts"])
+                mat(p + "ffn_down_exps.weight", d, h, stack=s["experts"])
+                continue
             mat(p + "ffn_gate.weight", h, d)
             mat(p + "ffn_up.weight", h, d)
             mat(p + "ffn_down.weight", d, h)

@@ -100,7 +100,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Conformance,
                                            Case{"phi3_tiny", "model-F32.gguf"}, Case{"phi2_tiny", ""},
                                            Case{"phi2_tiny", "model-F32.gguf"}, Case{"phi2_qknorm", ""},
                                            Case{"stablelm_tiny", ""}, Case{"stablelm_tiny", "model-F32.gguf"},
-                                           Case{"stablelm_parallel", ""}),
+                                           Case{"stablelm_parallel", ""},
+                                           // Mixture of experts:
+                                           Case{"mixtral_tiny", ""}, Case{"mixtral_tiny", "model-F32.gguf"},
+                                           Case{"qwen3moe_tiny", ""}, Case{"qwen3moe_tiny", "model-F32.gguf"},
+                                           Case{"qwen3moe_sparse", ""}),
                          case_name);
 
 // fp16 weights run as fp16 (F16C in the kernel), never narrowed to bf16 unless asked: the error
@@ -132,7 +136,8 @@ TEST(HalfPrecision, F16StaysF16AndBeatsBf16) {
 // all positions (random tiny models have many near ties), and no logit may be off by 0.5.
 TEST(ConformanceQ8, TopOneAgreesWhereTheReferenceIsClear) {
   for (const char* fixture : {"llama_tiny", "gpt2_tiny", "qwen3_tiny", "smollm3_tiny", "granite_tiny", "olmo2_tiny", "gemma2_tiny",
-                              "gemma3_tiny", "phi3_tiny", "phi2_tiny", "stablelm_tiny"}) {
+                              "gemma3_tiny", "phi3_tiny", "phi2_tiny", "stablelm_tiny", "mixtral_tiny",
+                              "qwen3moe_tiny"}) {
     std::string dir = test::fixtures_dir() + "/" + fixture;
     Expected x = expected(dir);
     auto m = load_model(dir + "/model-Q8_0.gguf");

@@ -110,6 +110,11 @@ TEST(ConfigKeys, RefusedByName) {
       {"qwen3_tiny", [](json& c) { c["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor"},
       {"phi2_tiny", [](json& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.2; }, "even count"},
       {"gemma2_tiny", [](json& c) { c["attn_logit_softcapping"] = "fifty"; }, "attn_logit_softcapping' must be a number"},
+      // Mixture-of-experts shapes and layer lists out of range.
+      {"mixtral_tiny", [](json& c) { c["num_experts_per_tok"] = 5; }, "num_experts_per_tok = 5 must be in 1..the expert count 4"},
+      {"qwen3moe_sparse", [](json& c) { c["mlp_only_layers"] = {7}; }, "mlp_only_layers holds 7"},
+      {"qwen3moe_sparse", [](json& c) { c["decoder_sparse_step"] = 0; }, "decoder_sparse_step must be at least 1"},
+      {"qwen3moe_tiny", [](json& c) { c["num_experts"] = 6; }, "num_experts and num_local_experts disagree"},
   };
   int i = 0;
   for (const Case& c : cases) {

@@ -91,9 +91,59 @@ def cases():
     yield "stablelm_tiny", tf.StableLmConfig(use_parallel_residual=False, **slm), ("f32", "q8_0")
     yield "stablelm_parallel", tf.StableLmConfig(use_parallel_residual=True, qk_layernorm=True, rope_theta=25000.0,
                                                  **slm), ()
+    # Four experts, two per token. No window, as Mixtral's own config (llama.cpp's converter writes
+    # Mixtral as "llama" and drops one).
+    yield "mixtral_tiny", tf.MixtralConfig(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+                                           rope_theta=20000.0, rms_norm_eps=1e-5,
+                                           tie_word_embeddings=False, **COMMON), ("f32", "q8_0")
+    # Eight experts of width 48, three per token, their weights renormalized (llama.cpp always does).
+    moe = dict(COMMON, num_key_value_heads=2, head_dim=24, num_experts=8, moe_intermediate_size=48,
+               rms_norm_eps=1e-5, rope_theta=30000.0, tie_word_embeddings=False)
+    yield "qwen3moe_tiny", tf.Qwen3MoeConfig(num_experts_per_tok=3, norm_topk_prob=True, **moe), ("f32", "q8_0")
+    # HF only: weights not renormalized, every 2nd layer sparse and layer 3 dense anyway (so layers
+    # 0, 2 and 3 have the dense MLP of intermediate_size), an 8-position window on every layer.
+    yield "qwen3moe_sparse", tf.Qwen3MoeConfig(num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=2,
+                                               mlp_only_layers=[3], use_sliding_window=True, sliding_window=8,
+                                               **dict(moe, num_hidden_layers=4)), ()
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()
+
+
+def routers(model):
+    return [m for n, m in model.named_modules() if n.endswith((".mlp.gate", ".block_sparse_moe.gate"))]
+
+
+def sharpen_routers(model):
+    """Router weights 3x the rest: router logits a few units apart, so f32 rounding cannot swap an
+    expert choice (checked below), while the chosen experts' weights stay far from 0 and 1."""
+    with torch.no_grad():
+        for r in routers(model):
+            r.weight.mul_(3.0)
+
+
+def record_routing_margin(model, d):
+    """The smallest gap, over every layer and position of the reference sequence, between the
+    k-th and the (k+1)-th router logit: the conformance test's tolerance stands on it being far
+    above f32 rounding."""
+    with open(os.path.join(d, "expected.json")) as f:
+        exp = json.load(f)
+    k = model.config.num_experts_per_tok
+    gaps = []
+
+    def hook(_module, _inputs, out):
+        top = out[0].double().topk(k + 1, dim=-1).values
+        gaps.append(float((top[:, k - 1] - top[:, k]).min()))
+    handles = [r.register_forward_hook(hook) for r in routers(model)]
+    with torch.no_grad():
+        model.double()(torch.tensor([exp["prompt_ids"] + exp["greedy_ids"]]))
+    for h in handles:
+        h.remove()
+    exp["min_routing_margin"] = min(gaps)
+    assert exp["min_routing_margin"] > 5e-4, f"{d}: routing margin {min(gaps)} too small"
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(exp, f, indent=1)
+    print(f"  min routing margin {min(gaps):.5f}")
 
 
 def convert(llama_cpp, d, outtype):
@@ -131,6 +181,7 @@ def main():
             continue
         torch.manual_seed(1234)
         cfg._attn_implementation = "eager"
+        cfg._experts_implementation = "eager"  # the grouped-GEMM default takes no float64
         model = tf.AutoModelForCausalLM.from_config(cfg).eval()
         randomize(model)
         if name.startswith("gemma"):  # Gemma's norms multiply by 1 + w: keep 1 + w in [0.5, 1.5) as elsewhere
@@ -138,11 +189,15 @@ def main():
                 for pname, p in model.named_parameters():
                     if "norm" in pname:
                         p.sub_(1.0)
+        if getattr(cfg, "num_experts_per_tok", 0):
+            sharpen_routers(model)
         d = os.path.join(a.out, name)
         model.save_pretrained(d, safe_serialization=True)
         if os.path.exists(os.path.join(d, "generation_config.json")):
             os.remove(os.path.join(d, "generation_config.json"))
         record_reference(name, model, d)
+        if getattr(cfg, "num_experts_per_tok", 0):
+            record_routing_margin(model, d)
         # Gemma 3's converter trims the embedding rows to the tokenizer's vocabulary.
         with open(os.path.join(d, "tokenizer.json"), "w") as f:
             json.dump({"model": {"vocab": {f"<{i}>": i for i in range(cfg.vocab_size)}}, "added_tokens": []}, f)

@@ -157,9 +157,9 @@ json sweep(const Model& m, const BenchArgs& a, std::vector<Series>& plot) {
 }
 
 // Bytes one decode step reads at least: every matrix once (the embedding only one row; a tied f32
-// head reads the table itself).
+// head reads the table itself; of a MoE layer's experts, the ones a token uses).
 size_t decode_matrix_bytes(const Model& m) {
-  size_t bytes = m.weight_bytes() - m.embedding_bytes() - m.pos_emb.size() * sizeof(float);
+  size_t bytes = m.active_weight_bytes() - m.embedding_bytes() - m.pos_emb.size() * sizeof(float);
   if (m.lm_head.out == 0) bytes += m.tok_emb.bytes();
   return bytes;
 }
@@ -260,6 +260,7 @@ json bench_report(const BenchArgs& asked) {
   json j;
   j["model"] = {{"name", name}, {"arch", c.arch},
                 {"weights", a.weights.empty() ? dtype_name(m->stored_format) : a.weights}, {"params", m->n_params()}, {"weight_bytes", m->weight_bytes()},
+                {"active_weight_bytes", m->active_weight_bytes()},
                 {"weight_bytes_by_type", m->weight_bytes_by_type()},
                 {"layers", c.n_layers}, {"dim", c.dim}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
                 {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"context", c.max_seq_len}};

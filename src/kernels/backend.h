@@ -60,6 +60,20 @@ class Backend {
   virtual void add(float* x, const float* y, int n, int width) = 0;
   // x *= a over n rows.
   virtual void scale(float* x, float a, int n, int width) = 0;
+  // x = 0 over n rows.
+  virtual void zero(float* x, int n, int width) = 0;
+
+  // Mixture-of-experts routing of n rows of n_experts router logits: each row's k highest softmax
+  // scores (the lower expert index first among equal scores) into ids[n][k] and weights[n][k],
+  // those renormalized to sum 1 when `renormalize`. ids and weights are host memory: the forward
+  // picks which experts' matrices run from them.
+  virtual void route_top_k(const float* logits, int n, int n_experts, int k, bool renormalize, int* ids,
+                           float* weights) = 0;
+  // out[i] = x[rows[i]] for n rows of `width`: the rows routed to one expert, gathered.
+  virtual void gather_rows(const float* x, const int* rows, int n, int width, float* out) = 0;
+  // x[rows[i]] += weights[i] * y[i] for n distinct rows of `width`: an expert's outputs, weighed,
+  // back in their tokens' rows.
+  virtual void scatter_add_rows(float* x, const int* rows, const float* weights, const float* y, int n, int width) = 0;
 };
 
 }  // namespace kvlm

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/context.h"
@@ -106,6 +108,45 @@ void CpuBackend::scale(float* x, float a, int n, int width) {
   const size_t W = static_cast<size_t>(width);
   for_rows(ctx_.pool(), n, W, [&](int t) {
     for (size_t i = t * W; i < (t + 1) * W; ++i) x[i] *= a;
+  });
+}
+
+void CpuBackend::zero(float* x, int n, int width) { std::fill_n(x, static_cast<size_t>(n) * width, 0.0f); }
+
+void CpuBackend::route_top_k(const float* logits, int n, int n_experts, int k, bool renormalize, int* ids,
+                             float* weights) {
+  const size_t E = static_cast<size_t>(n_experts);
+  std::vector<float> p(E);
+  std::vector<int> order(E);
+  for (int t = 0; t < n; ++t) {
+    const float* z = logits + t * E;
+    const float top = *std::max_element(z, z + E);
+    float sum = 0;
+    for (size_t e = 0; e < E; ++e) sum += p[e] = std::exp(z[e] - top);
+    for (size_t e = 0; e < E; ++e) p[e] /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float chosen = 0;
+    for (int j = 0; j < k; ++j) chosen += p[order[j]];
+    for (int j = 0; j < k; ++j) {
+      ids[t * k + j] = order[j];
+      weights[t * k + j] = renormalize ? p[order[j]] / chosen : p[order[j]];
+    }
+  }
+}
+
+void CpuBackend::gather_rows(const float* x, const int* rows, int n, int width, float* out) {
+  const size_t W = static_cast<size_t>(width);
+  for (int i = 0; i < n; ++i) std::copy_n(x + rows[i] * W, W, out + i * W);
+}
+
+void CpuBackend::scatter_add_rows(float* x, const int* rows, const float* weights, const float* y, int n, int width) {
+  const size_t W = static_cast<size_t>(width);
+  for_rows(ctx_.pool(), n, W, [&](int i) {
+    float* dst = x + rows[i] * W;
+    const float* src = y + i * W;
+    for (size_t j = 0; j < W; ++j) dst[j] += weights[i] * src[j];
   });
 }
 

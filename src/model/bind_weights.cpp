@@ -77,6 +77,18 @@ void bind_lm_head(const TensorSource& s, const std::string& embedding, Model& m)
     m.lm_head = bind_linear(s, embedding, c.vocab_size, c.dim, false);
 }
 
+void bind_experts(const TensorSource& s, const std::string& layer_prefix, const ExpertNames& names,
+                  const ModelConfig& c, LayerWeights& L) {
+  L.router = bind_linear(s, layer_prefix + names.router, c.n_experts, c.dim, false);
+  L.experts.resize(c.n_experts);
+  for (int e = 0; e < c.n_experts; ++e) {
+    const std::string p = layer_prefix + names.experts + std::to_string(e) + ".";
+    L.experts[e].gate = bind_linear(s, p + names.gate, c.expert_hidden_dim, c.dim, false);
+    L.experts[e].up = bind_linear(s, p + names.up, c.expert_hidden_dim, c.dim, false);
+    L.experts[e].down = bind_linear(s, p + names.down, c.dim, c.expert_hidden_dim, false);
+  }
+}
+
 Linear bind_conv1d(const TensorSource& s, const std::string& name, int in, int out) {
   Buffer<float> w = s.read_f32(name + ".weight", {in, out});
   Linear l;

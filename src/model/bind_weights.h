@@ -25,6 +25,15 @@ Linear split_rows(const Linear& fused, int first, int count);
 // does not expect is refused, never dropped), else (-1) whether the file holds the tensor.
 bool has_bias(const TensorSource& s, int configured, const std::string& tensor, const char* key);
 
+// Where a mixture-of-experts MLP's tensors sit under a layer's prefix: the router, and expert e's
+// three matrices at <experts><e>.<gate|up|down>.
+struct ExpertNames {
+  const char *router, *experts, *gate, *up, *down;
+};
+// Binds a MoE layer's router and its c.n_experts experts, each matrix in its stored type.
+void bind_experts(const TensorSource& s, const std::string& layer_prefix, const ExpertNames& names,
+                  const ModelConfig& c, LayerWeights& L);
+
 // A GPT-2-like model: embeddings, positions, the final norm and LM head, and per block ln_1,
 // ln_2 and the GELU MLP (conv: HF Conv1D layout, else nn.Linear); `attention(prefix, L)` binds
 // the family's attention projections of the block whose tensors start with `prefix`.

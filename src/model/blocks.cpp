@@ -1,6 +1,7 @@
 #include "model/blocks.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace kvlm::blocks {
 
@@ -41,6 +42,48 @@ void swiglu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* g
   s.ops.linear(L.w_up, xn, s.rows(), up);
   s.ops.silu_mul(gate, up, s.rows(), L.w_up.out);
   s.ops.linear(L.w_down, gate, s.rows(), out);
+}
+
+void moe_mlp(ForwardStep& s, const ModelConfig& c, const LayerWeights& L, const float* xn, float* out) {
+  // Slots past the ones activations() numbers.
+  enum { kRouter = 16, kIn, kGate, kUp, kOut };
+  const int n = s.rows(), k = c.experts_per_token;
+  float* logits = s.act(kRouter, c.n_experts);
+  s.ops.linear(L.router, xn, n, logits);
+  std::vector<int> ids(static_cast<size_t>(n) * k);
+  std::vector<float> weights(ids.size());
+  s.ops.route_top_k(logits, n, c.n_experts, k, c.norm_topk_prob, ids.data(), weights.data());
+  // Rows per expert, in row order: each expert's rows are one batch for its matrices.
+  std::vector<std::vector<int>> rows(c.n_experts);
+  std::vector<std::vector<float>> row_weights(c.n_experts);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    rows[ids[i]].push_back(static_cast<int>(i / k));
+    row_weights[ids[i]].push_back(weights[i]);
+  }
+  float* in = s.act(kIn, c.dim);
+  float* gate = s.act(kGate, c.expert_hidden_dim);
+  float* up = s.act(kUp, c.expert_hidden_dim);
+  float* y = s.act(kOut, c.dim);
+  s.ops.zero(out, n, c.dim);
+  for (int e = 0; e < c.n_experts; ++e) {
+    const int m = static_cast<int>(rows[e].size());
+    if (m == 0) continue;
+    const Expert& x = L.experts[e];
+    s.ops.gather_rows(xn, rows[e].data(), m, c.dim, in);
+    s.ops.linear(x.gate, in, m, gate);
+    s.ops.linear(x.up, in, m, up);
+    s.ops.silu_mul(gate, up, m, c.expert_hidden_dim);
+    s.ops.linear(x.down, gate, m, y);
+    s.ops.scatter_add_rows(out, rows[e].data(), row_weights[e].data(), y, m, c.dim);
+  }
+}
+
+void gated_mlp(ForwardStep& s, const ModelConfig& c, int layer, const LayerWeights& L, const float* xn, float* gate,
+               float* up, float* out) {
+  if (c.is_moe_layer(layer))
+    moe_mlp(s, c, L, xn, out);
+  else
+    swiglu_mlp(s, L, xn, gate, up, out);
 }
 
 void gelu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* h, float* out) {

@@ -26,6 +26,12 @@ void qkv(ForwardStep& s, const LayerWeights& L, const float* xn, float* q, float
 AttentionParams attention_params(const ModelConfig& c, int layer);
 // out = down(silu(gate(xn)) * up(xn)); gate and up are scratch [rows][hidden].
 void swiglu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* gate, float* up, float* out);
+// out = the weighted sum of the experts the router picks for each row of xn (each a SwiGLU MLP),
+// one matrix product per expert over the rows routed to it; experts no row chose are not read.
+void moe_mlp(ForwardStep& s, const ModelConfig& c, const LayerWeights& L, const float* xn, float* out);
+// Layer `layer`'s gated MLP: its experts where it has them, else swiglu_mlp.
+void gated_mlp(ForwardStep& s, const ModelConfig& c, int layer, const LayerWeights& L, const float* xn, float* gate,
+               float* up, float* out);
 // out = down(gelu_tanh(up(xn))); h is scratch [rows][hidden].
 void gelu_mlp(ForwardStep& s, const LayerWeights& L, const float* xn, float* h, float* out);
 // The output rows of x, through the final norm (RMSNorm, or LayerNorm with its bias) and the LM

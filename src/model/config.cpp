@@ -31,6 +31,12 @@ void ModelConfig::validate(const std::string& source) const {
        "rotary dimensions must be even and at most head_dim");
   need(layer_rope.empty() || static_cast<int>(layer_rope.size()) == n_layers, "layer_rope needs one entry per layer");
   need(std::isfinite(norm_eps), "norm_eps must be finite");
+  need(layer_moe.empty() || static_cast<int>(layer_moe.size()) == n_layers, "layer_moe needs one entry per layer");
+  if (!layer_moe.empty()) {
+    need(n_experts > 0 && n_experts <= 4096, "the expert count must be in 1..4096");
+    need(experts_per_token > 0 && experts_per_token <= n_experts, "experts per token must be in 1..the expert count");
+    need(expert_hidden_dim > 0 && expert_hidden_dim <= 262144, "the expert MLP width must be in 1..262144");
+  }
   // An EOS the model can never produce would make generation run to the length limit silently.
   need(eos_id >= 0 && eos_id < vocab_size, "eos_token_id must be a token id inside the vocabulary");
   need(bos_id >= 0 && bos_id < vocab_size, "bos_token_id must be a token id inside the vocabulary");

@@ -60,12 +60,19 @@ struct ModelConfig {
   float rope_local_theta = 0.0f;
   std::vector<int> layer_rope;    // [n_layers]: 0 = no positional encoding in that layer (SmolLM3); empty: all rotate
   std::vector<int> layer_window;  // [n_layers]: 0 = global, W = attend to the last W positions (self included)
+  // Mixture of experts (Mixtral, Qwen3-MoE): a MoE layer's MLP is n_experts SwiGLU experts of
+  // expert_hidden_dim each, of which a router picks experts_per_token per token by softmax score;
+  // the chosen scores renormalized to sum 1 (norm_topk_prob) weigh their outputs.
+  int n_experts = 0, experts_per_token = 0, expert_hidden_dim = 0;
+  bool norm_topk_prob = true;
+  std::vector<int> layer_moe;  // [n_layers]: 1 = experts, 0 = the dense MLP of hidden_dim; empty: all dense
   bool tied_embeddings = true;
   int bos_id = 1, eos_id = 2;
 
   int q_dim() const { return n_heads * head_dim; }
   int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
+  bool is_moe_layer(int l) const { return !layer_moe.empty() && layer_moe[l] != 0; }
   // KV bytes one token costs in a cache with no windows: 2 x layers x kv_heads x head_dim x bytes.
   size_t kv_bytes_per_token(size_t bytes_per_element = 4) const {
     return 2ull * n_layers * n_kv_heads * head_dim * bytes_per_element;

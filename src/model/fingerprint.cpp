@@ -62,8 +62,13 @@ Sha256Digest model_fingerprint(const Model& m, const std::string& source) {
   h.add(c.embedding_scale).add(c.residual_scale).add(c.logit_divisor).add(c.attn_softcap).add(c.final_softcap);
   h.add(m.rope.kind).update(m.rope.inv_freq.data(), m.rope.inv_freq.size() * sizeof(float));
   h.update(m.rope_local.inv_freq.data(), m.rope_local.inv_freq.size() * sizeof(float));
+  if (!c.layer_moe.empty()) {
+    h.add(c.n_experts).add(c.experts_per_token).add(c.expert_hidden_dim).add(c.norm_topk_prob);
+    for (int moe : c.layer_moe) h.add(moe);
+  }
   for (const LayerWeights& L : m.layers)
-    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) add_linear(h, *l);
+    for (const Linear* l : L.matrices())
+      if (l->out != 0 || l != &L.router) add_linear(h, *l);  // a dense layer's empty router: nothing to key
   add_linear(h, m.lm_head);
   return h.digest();
 }

@@ -20,6 +20,19 @@ double gguf_float(const GgufFile& g, const std::string& key, double fallback) {
   return v;
 }
 
+void read_gguf_experts(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  if (!g.has(p + "expert_count") || gguf_int(g, p + "expert_count", 0, 4096) == 0) return;
+  c.n_experts = gguf_int(g, p + "expert_count", 1, 4096);
+  c.experts_per_token = gguf_int(g, p + "expert_used_count", 1, c.n_experts);
+  c.expert_hidden_dim =
+      g.has(p + "expert_feed_forward_length") ? gguf_int(g, p + "expert_feed_forward_length", 1, 262144) : c.hidden_dim;
+  c.norm_topk_prob =
+      !g.has(p + "expert_weights_norm") || g.get(p + "expert_weights_norm").as_bool("expert_weights_norm");
+  c.layer_moe.assign(c.n_layers, 0);
+  for (int l = 0; l < c.n_layers; ++l)
+    c.layer_moe[l] = g.tensors.has("blk." + std::to_string(l) + ".ffn_gate_inp.weight");
+}
+
 namespace {
 
 // llama.cpp's tensor name -> the family's Hugging Face name, so one binder serves both formats.
@@ -42,16 +55,55 @@ std::string hf_name(const std::string& n, const GgufNames& names) {
   return n;
 }
 
+// Adds t as `name`; a stack of experts' matrices (a name with "{e}", [experts][rows][cols]) as
+// one [rows][cols] view per expert, each named with its index: the experts bind as any matrix.
+void add_renamed(TensorSource& out, const TensorInfo& t, const std::string& name) {
+  const size_t at = name.find("{e}");
+  if (at == std::string::npos) {
+    TensorInfo copy = t;
+    copy.name = name;
+    out.add(std::move(copy));
+    return;
+  }
+  if (t.shape.size() != 3 || t.shape[0] <= 0 || t.nbytes % t.shape[0] != 0)
+    fail(t.file, ": ", t.name, " must be a 3-D stack of expert matrices, not ", shape_str(t.shape));
+  const size_t each = t.nbytes / t.shape[0];
+  for (int64_t e = 0; e < t.shape[0]; ++e) {
+    TensorInfo view = t;
+    view.name = name.substr(0, at) + std::to_string(e) + name.substr(at + 3);
+    view.shape = {t.shape[1], t.shape[2]};
+    view.data = t.data + e * each;
+    view.nbytes = each;
+    out.add(std::move(view));
+  }
+}
+
 // The "<arch>." keys llama.cpp writes for every supported architecture, read here or harmless.
 // Any other key is refused by name unless the family's reader read it (GgufFile notes reads):
 // it may change the arithmetic.
-const char* const kKnownArchKeys[] = {
-    "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
-    "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
-    "attention.layer_norm_epsilon", "attention.layer_norm_rms_epsilon", "attention.causal",
-    "attention.sliding_window", "rope.dimension_count", "rope.freq_base", "rope.scale_linear",
-    "rope.scaling.type", "rope.scaling.factor", "rope.scaling.attn_factor", "rope.scaling.original_context_length",
-    "rope.scaling.finetuned", "expert_count", "expert_used_count", "use_parallel_residual", "tensor_data_layout"};
+const char* const kKnownArchKeys[] = {"context_length",
+                                      "embedding_length",
+                                      "block_count",
+                                      "feed_forward_length",
+                                      "vocab_size",
+                                      "attention.head_count",
+                                      "attention.head_count_kv",
+                                      "attention.key_length",
+                                      "attention.value_length",
+                                      "attention.layer_norm_epsilon",
+                                      "attention.layer_norm_rms_epsilon",
+                                      "attention.causal",
+                                      "attention.sliding_window",
+                                      "rope.dimension_count",
+                                      "rope.freq_base",
+                                      "rope.scale_linear",
+                                      "rope.scaling.type",
+                                      "rope.scaling.factor",
+                                      "rope.scaling.attn_factor",
+                                      "rope.scaling.original_context_length",
+                                      "rope.scaling.finetuned",
+                                      "use_parallel_residual",
+                                      "tensor_data_layout"};
 
 void refuse_unknown_keys(const GgufFile& g, const std::string& prefix) {
   for (const auto& [key, v] : g.meta) {
@@ -60,6 +112,8 @@ void refuse_unknown_keys(const GgufFile& g, const std::string& prefix) {
     bool known = false;
     for (const char* k : kKnownArchKeys) known = known || rest == k;
     known = known || g.read_keys.count(key);
+    // A dense file may say it has no experts.
+    known = known || ((rest == "expert_count" || rest == "expert_used_count") && v.as_int(key) == 0);
     if (!known) fail(g.path, ": GGUF metadata ", key, " is not supported (it may change the model's arithmetic)");
   }
 }
@@ -85,8 +139,6 @@ ModelConfig gguf_config(const GgufFile& g) {
   if (g.has(p + "attention.value_length") && gguf_int(g, p + "attention.value_length", 1, 1024) != c.head_dim)
     fail(g.path, ": ", p, "attention.value_length differs from key_length; kvlm needs them equal");
   c.max_seq_len = gguf_int(g, p + "context_length", 1, 16 * 1024 * 1024);
-  if (g.has(p + "expert_count") && gguf_int(g, p + "expert_count", 0, 1 << 20) != 0)
-    fail(g.path, ": mixture-of-experts models (", p, "expert_count) are not supported");
   if (g.has(p + "attention.causal") && !g.get(p + "attention.causal").as_bool("attention.causal"))
     fail(g.path, ": non-causal attention (", p, "attention.causal = false) is not supported");
   int window = g.has(p + "attention.sliding_window") ? gguf_int(g, p + "attention.sliding_window", 0, 1 << 30) : 0;
@@ -125,11 +177,7 @@ std::unique_ptr<Model> load_gguf_model(const GgufFile& g) {
   m->stored_format = runs_as_stored(m->source_format) ? m->source_format : DType::F32;
   TensorSource renamed;
   renamed.share_files(g.tensors);
-  for (const auto& [name, t] : g.tensors.all()) {
-    TensorInfo copy = t;
-    copy.name = hf_name(name, *family.gguf_names);
-    renamed.add(std::move(copy));
-  }
+  for (const auto& [name, t] : g.tensors.all()) add_renamed(renamed, t, hf_name(name, *family.gguf_names));
   family.bind(renamed, *m, TensorLayout::Gguf);
   if (renamed.has("rope_freqs.weight")) renamed.get("rope_freqs.weight");  // read by the family's config
   // As llama.cpp does: a tensor no layer uses (block_count below the file's blocks, a stray

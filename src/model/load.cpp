@@ -4,6 +4,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -26,6 +27,18 @@ EmbeddingRows Model::token_rows() const {
   return {tok_emb_type, tok_emb_rows.data(), tok_emb_rows.size() / static_cast<size_t>(cfg.vocab_size), cfg.dim};
 }
 
+std::vector<const Linear*> LayerWeights::matrices() const {
+  std::vector<const Linear*> all{&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down, &router};
+  for (const Expert& e : experts) all.insert(all.end(), {&e.gate, &e.up, &e.down});
+  return all;
+}
+
+std::vector<Linear*> LayerWeights::matrices() {
+  std::vector<Linear*> all;
+  for (const Linear* l : std::as_const(*this).matrices()) all.push_back(const_cast<Linear*>(l));
+  return all;
+}
+
 void Model::for_each_weight(const std::function<void(DType, size_t)>& f) const {
   auto linear = [&](const Linear& l) {
     f(l.fmt, l.bytes() - l.b.size() * sizeof(float));
@@ -36,13 +49,24 @@ void Model::for_each_weight(const std::function<void(DType, size_t)>& f) const {
   linear(lm_head);
   for (const LayerWeights& L : layers) {
     for (const Buffer<float>* v : L.vectors()) f(DType::F32, v->size() * sizeof(float));
-    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) linear(*l);
+    for (const Linear* l : L.matrices()) linear(*l);
   }
 }
 
 size_t Model::weight_bytes() const {
   size_t bytes = 0;
   for_each_weight([&](DType, size_t n) { bytes += n; });
+  return bytes;
+}
+
+size_t Model::active_weight_bytes() const {
+  size_t bytes = weight_bytes();
+  for (const LayerWeights& L : layers) {
+    if (L.experts.empty()) continue;
+    size_t experts = 0;
+    for (const Expert& e : L.experts) experts += e.gate.bytes() + e.up.bytes() + e.down.bytes();
+    bytes -= experts - experts / L.experts.size() * cfg.experts_per_token;
+  }
   return bytes;
 }
 
@@ -61,7 +85,7 @@ size_t Model::n_params() const {
   if (!cfg.tied_embeddings) n += lin(lm_head);
   for (const LayerWeights& L : layers) {
     for (const Buffer<float>* v : L.vectors()) n += v->size();
-    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) n += lin(*l);
+    for (const Linear* l : L.matrices()) n += lin(*l);
   }
   return n;
 }
@@ -126,6 +150,17 @@ void Model::check_shapes(const std::string& source) const {
     lin(L.wk, c.kv_dim(), c.dim, p + "k projection");
     lin(L.wv, c.kv_dim(), c.dim, p + "v projection");
     lin(L.wo, c.dim, c.q_dim(), p + "output projection");
+    if (c.is_moe_layer(i)) {
+      lin(L.router, c.n_experts, c.dim, p + "router");
+      need(L.experts.size(), static_cast<size_t>(c.n_experts), p + "expert list");
+      for (size_t e = 0; e < L.experts.size(); ++e) {
+        const std::string x = p + "expert " + std::to_string(e) + " ";
+        lin(L.experts[e].gate, c.expert_hidden_dim, c.dim, x + "gate projection");
+        lin(L.experts[e].up, c.expert_hidden_dim, c.dim, x + "up projection");
+        lin(L.experts[e].down, c.dim, c.expert_hidden_dim, x + "down projection");
+      }
+      continue;
+    }
     if (c.mlp == MlpKind::SwiGLU) lin(L.w_gate, c.hidden_dim, c.dim, p + "gate projection");
     lin(L.w_up, c.hidden_dim, c.dim, p + "up projection");
     lin(L.w_down, c.dim, c.hidden_dim, p + "down projection");
@@ -305,7 +340,7 @@ int Model::convert_weights(DType f) {
     if (!l.convert(f)) ++kept;
   };
   for (LayerWeights& L : layers)
-    for (Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) conv(*l);
+    for (Linear* l : L.matrices()) conv(*l);
   conv(lm_head);
   source_format = f;
   // The matrices' types are part of what KV computed by this model depends on.

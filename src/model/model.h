@@ -15,6 +15,12 @@
 
 namespace kvlm {
 
+// One expert of a mixture-of-experts MLP: a SwiGLU MLP of its own.
+struct Expert {
+  Linear gate, up;  // [expert_hidden][dim]
+  Linear down;      // [dim][expert_hidden]
+};
+
 struct LayerWeights {
   Buffer<float> attn_norm, attn_norm_bias;        // [dim]; bias only for LayerNorm
   Linear wq, wk, wv, wo;                         // wq [q_dim][dim], wk/wv [kv_dim][dim], wo [dim][q_dim]
@@ -25,6 +31,12 @@ struct LayerWeights {
   Linear w_gate;                                 // [hidden][dim], SwiGLU only
   Linear w_up;                                   // [hidden][dim]
   Linear w_down;                                 // [dim][hidden]
+  Linear router;                                 // [n_experts][dim]: MoE layers only, which then have
+  std::vector<Expert> experts;                   // experts instead of w_gate / w_up / w_down
+
+  // Every matrix of the layer, experts and router included (empty ones too).
+  std::vector<const Linear*> matrices() const;
+  std::vector<Linear*> matrices();
 
   // Every per-layer vector (norm weights and biases), for the byte and parameter counts.
   std::array<const Buffer<float>*, 10> vectors() const {
@@ -59,8 +71,11 @@ struct Model {
   // The token embedding table as the backend's embed op reads it.
   EmbeddingRows token_rows() const;
   size_t embedding_bytes() const { return tok_emb.bytes() + tok_emb_rows.bytes(); }
-  // Bytes of all weights (what one decode step must read at least once).
+  // Bytes of all weights.
   size_t weight_bytes() const;
+  // Bytes one token's decode step reads at least: every weight but, in MoE layers, only
+  // experts_per_token of the experts (the average expert's bytes each).
+  size_t active_weight_bytes() const;
   // The same bytes by the type each matrix runs in ("q4_k" -> bytes; norms and biases as f32).
   std::map<std::string, size_t> weight_bytes_by_type() const;
   // f(type, bytes) for every weight tensor as it is held (the two above are its sums).

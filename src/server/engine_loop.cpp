@@ -157,7 +157,7 @@ void EngineLoop::run() {
         // with prefill work computes more, and is left out.
         const long computed = engine_.stats().computed_tokens - computed_before;
         if (!events.empty() && computed == static_cast<long>(events.size()) && seconds > 0) {
-          const double bytes = static_cast<double>(model_.weight_bytes() + kv_bytes_held_);
+          const double bytes = static_cast<double>(model_.active_weight_bytes() + kv_bytes_held_);
           decode_bytes_ += bytes;
           decode_seconds_ += seconds;
           const double gbps = bytes / seconds / 1e9;

@@ -168,7 +168,20 @@ void llama_like_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& 
   }
 }
 
-void bind_llama_like(const TensorSource& s, Model& m, TensorLayout) {
+const ExpertNames kMixtralExperts = {"block_sparse_moe.gate", "block_sparse_moe.experts.", "w1", "w3", "w2"};
+
+void read_hf_experts(const HfReader& r, ModelConfig& c, int n_experts, int expert_hidden_dim) {
+  c.n_experts = n_experts;
+  c.expert_hidden_dim = expert_hidden_dim;
+  c.experts_per_token = r.integer("num_experts_per_tok");
+  if (n_experts <= 0 || c.experts_per_token <= 0 || c.experts_per_token > n_experts)
+    fail(r.label, ": num_experts_per_tok = ", c.experts_per_token, " must be in 1..the expert count ", n_experts);
+  c.layer_moe.assign(c.n_layers, 1);
+}
+
+void bind_llama_like(const TensorSource& s, Model& m, TensorLayout) { bind_llama_layers(s, m, kMixtralExperts); }
+
+void bind_llama_layers(const TensorSource& s, Model& m, const ExpertNames& experts) {
   const ModelConfig& c = m.cfg;
   bind_token_embedding(s, "model.embed_tokens.weight", m);
   bool qkv_bias = has_bias(s, c.qkv_bias, "model.layers.0.self_attn.q_proj.bias", "attention_bias");
@@ -184,6 +197,10 @@ void bind_llama_like(const TensorSource& s, Model& m, TensorLayout) {
     L.wv = bind_linear(s, p + "self_attn.v_proj", c.kv_dim(), c.dim, qkv_bias);
     L.wo = bind_linear(s, p + "self_attn.o_proj", c.dim, c.q_dim(), o_bias);
     L.mlp_norm = s.read_f32(p + "post_attention_layernorm.weight", {c.dim});
+    if (c.is_moe_layer(i)) {
+      bind_experts(s, p, experts, c, L);
+      continue;
+    }
     L.w_gate = bind_linear(s, p + "mlp.gate_proj", c.hidden_dim, c.dim, mlp_bias);
     L.w_up = bind_linear(s, p + "mlp.up_proj", c.hidden_dim, c.dim, mlp_bias);
     L.w_down = bind_linear(s, p + "mlp.down_proj", c.dim, c.hidden_dim, mlp_bias);
@@ -207,7 +224,7 @@ void forward_llama(ForwardStep& s, const Model& m) {
     s.ops.linear(L.wo, att, n, tmp);
     s.ops.add(x, tmp, n, c.dim);
     s.ops.rms_norm(x, L.mlp_norm.data(), xn, n, c.dim, c.norm_eps);
-    blocks::swiglu_mlp(s, L, xn, gate, up, tmp);
+    blocks::gated_mlp(s, c, l, L, xn, gate, up, tmp);
     s.ops.add(x, tmp, n, c.dim);
   }
   blocks::rms_head(s, m, x, tmp, xn);
@@ -223,7 +240,11 @@ const GgufNames kLlamaGgufNames = {
      {"ffn_norm", "post_attention_layernorm"},
      {"ffn_gate", "mlp.gate_proj"},
      {"ffn_up", "mlp.up_proj"},
-     {"ffn_down", "mlp.down_proj"}},
+     {"ffn_down", "mlp.down_proj"},
+     {"ffn_gate_inp", "block_sparse_moe.gate"},
+     {"ffn_gate_exps", "block_sparse_moe.experts.{e}.w1"},
+     {"ffn_up_exps", "block_sparse_moe.experts.{e}.w3"},
+     {"ffn_down_exps", "block_sparse_moe.experts.{e}.w2"}},
     {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}}};
 
 namespace {
@@ -238,6 +259,7 @@ ModelConfig llama_from_hf(const HfReader& r) {
 
 void llama_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
   llama_like_from_gguf(g, p, c);
+  read_gguf_experts(g, p, c);  // Mixtral
   c.rope = RopeKind::AdjacentPairs;  // convert_hf_to_gguf.py permutes q/k rows to Meta's layout
 }
 

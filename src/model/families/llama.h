@@ -1,5 +1,6 @@
 // What Mistral, Qwen2 and Qwen3 share with Llama (Llama with other bias, window and norm rules).
 #pragma once
+#include "model/bind_weights.h"
 #include "model/family.h"
 
 namespace kvlm {
@@ -28,8 +29,16 @@ void llama_like_from_gguf(const GgufFile& g, const std::string& prefix, ModelCon
 // LongRoPE and attn_factor != 1 refused. The caller sets the rotation convention.
 void read_gguf_rope(const GgufFile& g, const std::string& prefix, ModelConfig& c);
 void bind_llama_like(const TensorSource& s, Model& m, TensorLayout layout);
+// The same, with the MoE layers' experts under `experts` (Mixtral's names in bind_llama_like).
+void bind_llama_layers(const TensorSource& s, Model& m, const ExpertNames& experts);
+// Mixtral's MoE tensor names (llama.cpp writes Mixtral as "llama").
+extern const ExpertNames kMixtralExperts;
 // The Llama layer: RMSNorm, q/k/v (biases where bound), RoPE, attention, SwiGLU.
 void forward_llama(ForwardStep& s, const Model& m);
+// The config.json keys of a softmax-routed MoE (Mixtral's, Qwen3-MoE's) after the family set
+// n_experts and the routing rule: experts_per_token from num_experts_per_tok; every layer MoE
+// unless the family marks some dense after.
+void read_hf_experts(const HfReader& r, ModelConfig& c, int n_experts, int expert_hidden_dim);
 // Qwen2's keys: Llama's plus its window rules (use_sliding_window from max_window_layers on,
 // or layer_types). Biases are left for the family to set.
 ModelConfig qwen2_like_from_hf(const HfReader& r, const char* arch);

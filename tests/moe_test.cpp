@@ -1,0 +1,120 @@
+// Mixture-of-experts layers (Mixtral, Qwen3-MoE): only the experts a token's router picks are
+// read, the decode roofline counts those alone, and GGUF expert stacks are checked and refused
+// by name when malformed. Conformance with transformers is in conformance_hf_test.cpp.
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "engine/forward.h"
+#include "gguf_edit.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "test_support.h"
+
+namespace kvlm {
+namespace {
+
+using Meta = std::map<std::string, GgufValue>;
+using Tensors = std::vector<test::GgufTensorOut>;
+
+std::string fixture(const std::string& name) { return test::fixtures_dir() + "/" + name; }
+
+std::vector<float> prefill_logits(const Model& m, const std::vector<int>& ids) {
+  ContiguousKvCache c(m.cfg, static_cast<int>(ids.size()));
+  std::vector<float> out;
+  forward(m, c, ids.data(), static_cast<int>(ids.size()), LogitsFor::Last, out);
+  return out;
+}
+
+Linear nan_like(const Linear& l) {
+  Linear n;
+  n.out = l.out;
+  n.in = l.in;
+  n.w = Buffer<float>(static_cast<size_t>(l.out) * l.in);
+  std::fill(n.w.begin(), n.w.end(), std::numeric_limits<float>::quiet_NaN());
+  return n;
+}
+
+// An expert whose weights are all NaN poisons the logits if any of its values reach them (even
+// weighed by 0): for one token, exactly experts_per_token experts per layer may do so.
+TEST(Moe, UnchosenExpertsAreNeverRead) {
+  for (const char* name : {"mixtral_tiny", "qwen3moe_tiny"}) {
+    auto m = load_model(fixture(name));
+    const ModelConfig& c = m->cfg;
+    const std::vector<int> token = {17};
+    const std::vector<float> clean = prefill_logits(*m, token);
+    for (int l = 0; l < c.n_layers; ++l) {
+      int read = 0;
+      for (int e = 0; e < c.n_experts; ++e) {
+        Expert saved = std::move(m->layers[l].experts[e]);
+        Expert& x = m->layers[l].experts[e];
+        x.gate = nan_like(saved.gate);
+        x.up = nan_like(saved.up);
+        x.down = nan_like(saved.down);
+        const std::vector<float> got = prefill_logits(*m, token);
+        m->layers[l].experts[e] = std::move(saved);
+        const bool poisoned = std::any_of(got.begin(), got.end(), [](float v) { return std::isnan(v); });
+        if (!poisoned) EXPECT_EQ(got, clean) << name << " layer " << l << " expert " << e;
+        read += poisoned;
+      }
+      EXPECT_EQ(read, c.experts_per_token) << name << " layer " << l;
+    }
+  }
+}
+
+TEST(Moe, DecodeRooflineCountsTheActiveExperts) {
+  auto m = load_model(fixture("mixtral_tiny"));
+  const ModelConfig& c = m->cfg;
+  ASSERT_EQ(c.n_experts, 4);
+  ASSERT_EQ(c.experts_per_token, 2);
+  const size_t expert_bytes = 3ull * c.dim * c.expert_hidden_dim * sizeof(float);
+  EXPECT_EQ(m->weight_bytes() - m->active_weight_bytes(), c.n_layers * (c.n_experts - 2) * expert_bytes);
+  // A dense model reads everything.
+  auto dense = load_model(fixture("llama_tiny"));
+  EXPECT_EQ(dense->active_weight_bytes(), dense->weight_bytes());
+}
+
+TEST(Moe, GgufExpertStacksRunInTheirStoredTypes) {
+  // llama.cpp's converter writes Q8_0 stacks where rows tile into blocks of 32 and F16 where they
+  // do not (Qwen3-MoE's down projections, 48 wide): each expert keeps its stack's type.
+  auto m = load_model(fixture("qwen3moe_tiny/model-Q8_0.gguf"));
+  for (const LayerWeights& L : m->layers) {
+    ASSERT_EQ(L.experts.size(), 8u);
+    for (const Expert& e : L.experts) {
+      EXPECT_EQ(e.gate.fmt, DType::Q8_0);
+      EXPECT_EQ(e.up.fmt, DType::Q8_0);
+      EXPECT_EQ(e.down.fmt, DType::F16);
+    }
+  }
+}
+
+TEST(Moe, MalformedGgufExpertsAreRefusedByName) {
+  const std::string mixtral = fixture("mixtral_tiny/model-F32.gguf");
+  auto error_of = [](const std::string& path) {
+    try {
+      load_model(path);
+    } catch (const KvlmError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string used = test::edit_gguf(mixtral, "moe_used.gguf",
+                                     [](Meta& m, Tensors&) { m["llama.expert_used_count"] = test::gguf_u32(5); });
+  EXPECT_NE(error_of(used).find("expert_used_count = 5 is out of range [1, 4]"), std::string::npos) << error_of(used);
+  std::string flat = test::edit_gguf(mixtral, "moe_flat.gguf", [](Meta&, Tensors& t) {
+    for (auto& x : t)
+      if (x.name == "blk.0.ffn_up_exps.weight") x.shape = {4 * x.shape[1], x.shape[2]};
+  });
+  EXPECT_NE(error_of(flat).find("blk.0.ffn_up_exps.weight must be a 3-D stack of expert matrices"), std::string::npos)
+      << error_of(flat);
+  std::string fewer = test::edit_gguf(mixtral, "moe_fewer.gguf",
+                                      [](Meta& m, Tensors&) { m["llama.expert_count"] = test::gguf_u32(3); });
+  EXPECT_NE(error_of(fewer).find("block_sparse_moe.gate.weight"), std::string::npos) << error_of(fewer);
+  // A family without experts refuses the key instead of ignoring it.
+  std::string dense = test::edit_gguf(fixture("qwen3_tiny/model-F32.gguf"), "dense_experts.gguf",
+                                      [](Meta& m, Tensors&) { m["qwen3.expert_count"] = test::gguf_u32(4); });
+  EXPECT_NE(error_of(dense).find("qwen3.expert_count is not supported"), std::string::npos) << error_of(dense);
+}
+
+}  // namespace
+}  // namespace kvlm
