@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "core/cpu.h"
 #include "core/error.h"
@@ -28,8 +29,9 @@ using test::randn;
 // over `kv_heads` KV heads of kHd.
 std::vector<float> run_heads(const KvLayerView& view, int cached, int fresh, int window, int heads, int kv_heads,
                              const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                             int threads = 0, int hd = kHd) {
+                             int threads = 0, int hd = kHd, const float* sinks = nullptr) {
   AttentionBatch b;
+  b.sinks = sinks;
   b.n_heads = heads;
   b.n_kv_heads = kv_heads;
   b.head_dim = hd;
@@ -75,7 +77,8 @@ std::vector<float> decode_step_agrees(const KvLayerView& flat, const KvLayerView
 // One row's attention in double (scale 0.17, as run_heads) over positions [lo, p]: key(j, x) and
 // val(j, x) are element x of position j's KV row, q the row's heads of kHd.
 template <class Key, class Val>
-std::vector<double> softmax_reference(const float* q, int heads, int kv_heads, int lo, int p, Key key, Val val) {
+std::vector<double> softmax_reference(const float* q, int heads, int kv_heads, int lo, int p, Key key, Val val,
+                                      const float* sinks = nullptr) {
   std::vector<double> out(static_cast<size_t>(heads) * kHd);
   for (int h = 0; h < heads; ++h) {
     const int g = h / (heads / kv_heads);
@@ -86,7 +89,9 @@ std::vector<double> softmax_reference(const float* q, int heads, int kv_heads, i
       for (int x = 0; x < kHd; ++x) d += double(q[h * kHd + x]) * key(j, g * kHd + x);
       mx = std::max(mx, w[j] = 0.17 * d);
     }
+    if (sinks) mx = std::max(mx, double(sinks[h]));
     for (int j = lo; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
+    if (sinks) sum += std::exp(sinks[h] - mx);  // a score whose value row is zero
     for (int x = 0; x < kHd; ++x)
       for (int j = lo; j <= p; ++j) out[h * kHd + x] += w[j] / sum * val(j, g * kHd + x);
   }
@@ -195,6 +200,56 @@ TEST(AttentionBatch, EncodedRowsWithAnF32RingReadAsTheirDecodedValues) {
   plain.k = dk.data();
   plain.v = dv.data();
   EXPECT_EQ(run(mixed, cached, fresh, 0, q, k, v), run(plain, cached, fresh, 0, q, k, v));
+}
+
+// gpt-oss's sink logits join each head's softmax denominator in the state's final normalization,
+// which every kernel shares: for every KV encoding, prefill rows and decode steps (over several
+// 256-position spans, merged), on one and two threads, equal a float64 softmax with the sink over
+// the rows' decoded values. The sinks span below, near and far above the scores.
+TEST(AttentionBatch, SinksJoinEverySoftmaxInEveryEncoding) {
+  const int cached = 600;
+  const float sinks[kHeads] = {-3.0f, 0.5f, 2.0f, 9.0f};
+  const auto ck = randn(static_cast<size_t>(cached) * kKvDim, 21), cv = randn(ck.size(), 22);
+  for (int fresh : {1, 3}) {
+    const auto q = randn(static_cast<size_t>(fresh) * kQDim, 23), k = randn(static_cast<size_t>(fresh) * kKvDim, 24),
+               v = randn(static_cast<size_t>(fresh) * kKvDim, 25);
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Int8, DType::Int4}) {
+      std::vector<float> dk(ck), dv(cv);  // what the stored rows decode to
+      KvRowCodec codec{t, kKvDim, kHd};
+      std::vector<uint8_t> kq, vq;
+      std::vector<float> kp, vp;
+      KvLayerView view;
+      view.ring_rows = cached;
+      if (t == DType::F32) {
+        view.k = dk.data();
+        view.v = dv.data();
+      } else {
+        kq.resize(cached * codec.data_bytes()), vq.resize(kq.size());
+        kp.resize(static_cast<size_t>(cached) * codec.n_params()), vp.resize(kp.size());
+        for (int p = 0; p < cached; ++p)
+          for (auto [src, data, prm, dec] : {std::tuple{&ck, &kq, &kp, &dk}, std::tuple{&cv, &vq, &vp, &dv}}) {
+            codec.encode(src->data() + static_cast<size_t>(p) * kKvDim, data->data() + p * codec.data_bytes(),
+                         prm->data() + p * codec.n_params());
+            for (int h = 0; h < kKvHeads; ++h)
+              codec.decode_head(data->data() + p * codec.data_bytes(), prm->data() + p * codec.n_params(), h,
+                                dec->data() + static_cast<size_t>(p) * kKvDim + h * kHd);
+          }
+        view.codec = &codec;
+        view.kq = kq.data(), view.vq = vq.data(), view.kp = kp.data(), view.vp = vp.data();
+      }
+      auto key = [&](int j, int x) { return j < cached ? dk[static_cast<size_t>(j) * kKvDim + x] : k[static_cast<size_t>(j - cached) * kKvDim + x]; };
+      auto val = [&](int j, int x) { return j < cached ? dv[static_cast<size_t>(j) * kKvDim + x] : v[static_cast<size_t>(j - cached) * kKvDim + x]; };
+      for (int threads = 1; threads <= std::min(2, ThreadPool::default_threads()); ++threads) {
+        const auto got = run_heads(view, cached, fresh, 0, kHeads, kKvHeads, q, k, v, threads, kHd, sinks);
+        double err = 0;
+        for (int r = 0; r < fresh; ++r) {
+          const auto want = softmax_reference(q.data() + static_cast<size_t>(r) * kQDim, kHeads, kKvHeads, 0, cached + r, key, val, sinks);
+          for (size_t i = 0; i < want.size(); ++i) err = std::max(err, std::abs(want[i] - got[r * kQDim + i]));
+        }
+        EXPECT_LE(err, 2e-5) << dtype_name(t) << ", " << fresh << " new rows, " << threads << " threads";
+      }
+    }
+  }
 }
 
 // Long contexts are cut into chunks of fixed logical positions, folded span by span and merged in

@@ -105,13 +105,23 @@ def cases():
     yield "qwen3moe_sparse", tf.Qwen3MoeConfig(num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=2,
                                                mlp_only_layers=[3], use_sliding_window=True, sliding_window=8,
                                                **dict(moe, num_hidden_layers=4)), ()
+    # Sliding (8 positions) and full layers alternating; YaRN over an original context of 16, so
+    # the 64-token sequence runs well past it, its band ending between pairs 3 and 4 (so rounding
+    # it outward, truncate, would change the frequencies); the gate's clamp low enough to bite; 8 experts, 2
+    # per token. HF only.
+    yield "gptoss_tiny", tf.GptOssConfig(
+        num_key_value_heads=2, head_dim=16, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
+        swiglu_limit=0.6, swiglu_alpha=1.5, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 20000.0, "factor": 4.0, "beta_fast": 4.0,
+                         "beta_slow": 0.05, "truncate": False, "original_max_position_embeddings": 16},
+        **dict(COMMON, num_hidden_layers=4)), ()
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()
 
 
 def routers(model):
-    return [m for n, m in model.named_modules() if n.endswith((".mlp.gate", ".block_sparse_moe.gate"))]
+    return [m for n, m in model.named_modules() if n.endswith((".mlp.gate", ".block_sparse_moe.gate", ".mlp.router"))]
 
 
 def sharpen_routers(model):
@@ -191,6 +201,11 @@ def main():
                         p.sub_(1.0)
         if getattr(cfg, "num_experts_per_tok", 0):
             sharpen_routers(model)
+        if name.startswith("gptoss"):  # sink logits near the scores' size, so they matter
+            with torch.no_grad():
+                for pname, p in model.named_parameters():
+                    if pname.endswith(".sinks"):
+                        p.mul_(20.0)
         d = os.path.join(a.out, name)
         model.save_pretrained(d, safe_serialization=True)
         if os.path.exists(os.path.join(d, "generation_config.json")):

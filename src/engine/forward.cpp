@@ -35,6 +35,7 @@ class BatchStep final : public ForwardStep {
     attn_.scale = p.scale;
     attn_.softcap = p.softcap;
     attn_.window = p.window;
+    attn_.sinks = p.sinks;
     attn_.q = q;
     attn_.k = k;
     attn_.v = v;

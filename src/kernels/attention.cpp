@@ -507,9 +507,18 @@ void attn_update(AttnState& st, float* s, size_t s_stride, int n) {
   }
 }
 
-void attn_finish(const AttnState& st, float* out, size_t out_stride) {
+void attn_finish(const AttnState& st, float* out, size_t out_stride, const float* sinks) {
   for (int i = 0; i < st.g; ++i) {
-    float inv = st.l[i] > 0 ? 1.0f / st.l[i] : 0.0f;
+    // A sink adds exp(sink) to the denominator, in the state's units (weights relative to the
+    // max m); relative to the sink instead where it is the larger, so no term overflows.
+    float l = st.l[i], scale = 1.0f;
+    if (sinks && sinks[i] > st.m[i]) {
+      scale = std::exp(st.m[i] - sinks[i]);
+      l = l * scale + 1.0f;
+    } else if (sinks) {
+      l += std::exp(sinks[i] - st.m[i]);
+    }
+    float inv = l > 0 ? scale / l : 0.0f;
     for (int d = 0; d < st.hd; ++d) out[i * out_stride + d] = st.acc[static_cast<size_t>(i) * st.hd + d] * inv;
   }
 }

@@ -43,7 +43,7 @@ bool attn_scores_encoded(const float* q, int g, int hd, float scale, const Encod
 bool attn_accumulate_encoded(AttnState& st, const float* p, size_t p_stride, const EncodedRows& v, int n);
 
 // out[i] = acc[i] / l[i], rows out_stride apart.
-void attn_finish(const AttnState& st, float* out, size_t out_stride);
+void attn_finish(const AttnState& st, float* out, size_t out_stride, const float* sinks = nullptr);
 
 namespace scalar {
 void attn_scores(const float* q, int g, int hd, float scale, const float* k, size_t stride, int n, float* s,

@@ -241,7 +241,8 @@ class Attender {
   }
 
   void finish(int t, int g, const AttnState& st) const {
-    attn_finish(st, b_.out + static_cast<size_t>(t) * b_.n_heads * hd_ + static_cast<size_t>(g) * group_ * hd_, hd_);
+    attn_finish(st, b_.out + static_cast<size_t>(t) * b_.n_heads * hd_ + static_cast<size_t>(g) * group_ * hd_, hd_,
+                b_.sinks ? b_.sinks + static_cast<size_t>(g) * group_ : nullptr);
   }
 
  private:

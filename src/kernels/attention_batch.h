@@ -56,6 +56,9 @@ struct AttentionBatch {
   float scale = 1.0f;
   float softcap = 0.0f;  // > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2)
   int window = 0;  // 0: every earlier position; W: the last W positions, self included
+  // [n_heads] or null: learned sink logits (gpt-oss), one per head, each joining its head's
+  // softmax denominator as a score whose value row is zero.
+  const float* sinks = nullptr;
   const float* q = nullptr;  // [rows][n_heads * head_dim]
   const float* k = nullptr;  // [rows][n_kv_heads * head_dim], the new rows (not yet stored)
   const float* v = nullptr;

@@ -52,6 +52,8 @@ class Backend {
   // h = silu(h) * up (SwiGLU); h = gelu_tanh(h).
   virtual void silu_mul(float* h, const float* up, int n, int width) = 0;
   virtual void gelu_tanh(float* h, int n, int width) = 0;
+  // gpt-oss's gate: g = min(h, limit), u = clamp(up, -limit, limit), h = (u + 1) * g * sigmoid(alpha * g).
+  virtual void clamped_swiglu(float* h, const float* up, int n, int width, float alpha, float limit) = 0;
   // h = gelu_tanh(h) * up (GeGLU).
   virtual void gelu_mul(float* h, const float* up, int n, int width) = 0;
   // x = cap * tanh(x / cap) (soft-capped logits).

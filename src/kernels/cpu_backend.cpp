@@ -77,6 +77,16 @@ void CpuBackend::silu_mul(float* h, const float* up, int n, int width) {
   for_rows(ctx_.pool(), n, W, [&](int t) { kvlm::silu_mul(h + t * W, up + t * W, W); });
 }
 
+void CpuBackend::clamped_swiglu(float* h, const float* up, int n, int width, float alpha, float limit) {
+  const size_t W = static_cast<size_t>(width);
+  for_rows(ctx_.pool(), n, W, [&](int t) {
+    for (size_t i = t * W; i < (t + 1) * W; ++i) {
+      const float g = std::min(h[i], limit), u = std::clamp(up[i], -limit, limit);
+      h[i] = (u + 1.0f) * g / (1.0f + std::exp(-alpha * g));
+    }
+  });
+}
+
 void CpuBackend::gelu_tanh(float* h, int n, int width) {
   const size_t W = static_cast<size_t>(width);
   for_rows(ctx_.pool(), n, W, [&](int t) { gelu_tanh_inplace(h + t * W, W); });

@@ -21,6 +21,7 @@ class CpuBackend final : public Backend {
   void rope(const RopeSpec& r, float* x, int n, int n_heads, const int* pos) override;
   void attention(const AttentionBatch& b) override;
   void silu_mul(float* h, const float* up, int n, int width) override;
+  void clamped_swiglu(float* h, const float* up, int n, int width, float alpha, float limit) override;
   void gelu_tanh(float* h, int n, int width) override;
   void gelu_mul(float* h, const float* up, int n, int width) override;
   void softcap(float* x, float cap, int n, int width) override;

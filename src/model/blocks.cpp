@@ -72,7 +72,10 @@ void moe_mlp(ForwardStep& s, const ModelConfig& c, const LayerWeights& L, const 
     s.ops.gather_rows(xn, rows[e].data(), m, c.dim, in);
     s.ops.linear(x.gate, in, m, gate);
     s.ops.linear(x.up, in, m, up);
-    s.ops.silu_mul(gate, up, m, c.expert_hidden_dim);
+    if (c.swiglu_limit > 0)
+      s.ops.clamped_swiglu(gate, up, m, c.expert_hidden_dim, c.swiglu_alpha, c.swiglu_limit);
+    else
+      s.ops.silu_mul(gate, up, m, c.expert_hidden_dim);
     s.ops.linear(x.down, gate, m, y);
     s.ops.scatter_add_rows(out, rows[e].data(), row_weights[e].data(), y, m, c.dim);
   }

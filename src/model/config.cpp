@@ -32,6 +32,8 @@ void ModelConfig::validate(const std::string& source) const {
   need(layer_rope.empty() || static_cast<int>(layer_rope.size()) == n_layers, "layer_rope needs one entry per layer");
   need(std::isfinite(norm_eps), "norm_eps must be finite");
   need(layer_moe.empty() || static_cast<int>(layer_moe.size()) == n_layers, "layer_moe needs one entry per layer");
+  need(std::isfinite(swiglu_limit) && swiglu_limit >= 0 && std::isfinite(swiglu_alpha),
+       "swiglu_limit must be >= 0 and swiglu_alpha finite");
   if (!layer_moe.empty()) {
     need(n_experts > 0 && n_experts <= 4096, "the expert count must be in 1..4096");
     need(experts_per_token > 0 && experts_per_token <= n_experts, "experts per token must be in 1..the expert count");
@@ -51,7 +53,14 @@ void ModelConfig::validate(const std::string& source) const {
   }
   if (rope != RopeKind::None) {
     need(std::isfinite(rope_theta) && rope_theta > 0.0f, "rope_theta (freq_base) must be a positive finite number");
-    need(rope_scaling.empty() || rope_scaling == "linear" || rope_scaling == "llama3", "unknown rope scaling");
+    need(rope_scaling.empty() || rope_scaling == "linear" || rope_scaling == "llama3" || rope_scaling == "yarn",
+         "unknown rope scaling");
+    need(std::isfinite(rope_beta_fast) && std::isfinite(rope_beta_slow) && rope_beta_fast > 0 && rope_beta_slow > 0 &&
+             std::isfinite(rope_attn_factor) && rope_attn_factor > 0,
+         "YaRN's beta_fast, beta_slow and attention factor must be positive finite numbers");
+    // The factor scales rotated values only: with part of each head not rotating it is no score scale.
+    need(rope_scaling != "yarn" || rope_attn_factor == 1.0f || rotary_dims() == head_dim,
+         "YaRN's attention factor with partial rotary is not supported");
     need(std::isfinite(rope_factor) && rope_factor > 0.0f, "rope scaling factor must be a positive finite number");
     need(std::isfinite(rope_low_freq_factor) && std::isfinite(rope_high_freq_factor) &&
              rope_high_freq_factor > rope_low_freq_factor,

@@ -28,10 +28,15 @@ struct ModelConfig {
   RopeKind rope = RopeKind::None;
   float rope_theta = 10000.0f;
   int rope_dims = 0;  // dimensions of each head that rotate (partial rotary: StableLM, Phi-2); 0 = head_dim
-  // rope_scaling: "" (none), "linear", or "llama3" (Llama 3.1's frequency-dependent rescaling).
+  // rope_scaling: "" (none), "linear", "llama3" (Llama 3.1's frequency-dependent rescaling) or
+  // "yarn" (frequencies blended between interpolated and original over a band between
+  // beta_fast and beta_slow rotations, the band's ends rounded outward when rope_yarn_truncate;
+  // rotated q and k multiplied by rope_attn_factor, so scores by its square).
   std::string rope_scaling;
   float rope_factor = 1.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
   int rope_original_max_pos = 8192;
+  float rope_beta_fast = 32.0f, rope_beta_slow = 1.0f, rope_attn_factor = 1.0f;
+  bool rope_yarn_truncate = true;
   std::vector<float> rope_freq_divisors;  // [head_dim/2] from GGUF rope_freqs: freq_i /= divisor_i
   MlpKind mlp = MlpKind::SwiGLU;          // SwiGLU: gated (gate, up, down), GeGLU's too; GeluTanh: up, down
   bool learned_positions = false;         // GPT-2 / GPT-Neo position embeddings
@@ -65,6 +70,11 @@ struct ModelConfig {
   // the chosen scores renormalized to sum 1 (norm_topk_prob) weigh their outputs.
   int n_experts = 0, experts_per_token = 0, expert_hidden_dim = 0;
   bool norm_topk_prob = true;
+  // gpt-oss's experts: gate clamped to at most swiglu_limit, up to +-swiglu_limit, and
+  // (up + 1) * gate * sigmoid(swiglu_alpha * gate) in place of SiLU's product; 0: plain SwiGLU.
+  float swiglu_limit = 0.0f, swiglu_alpha = 1.0f;
+  // gpt-oss's learned attention sinks: one logit per head that joins every softmax's denominator.
+  bool attn_sinks = false;
   std::vector<int> layer_moe;  // [n_layers]: 1 = experts, 0 = the dense MLP of hidden_dim; empty: all dense
   bool tied_embeddings = true;
   int bos_id = 1, eos_id = 2;
@@ -77,8 +87,14 @@ struct ModelConfig {
   size_t kv_bytes_per_token(size_t bytes_per_element = 4) const {
     return 2ull * n_layers * n_kv_heads * head_dim * bytes_per_element;
   }
-  // The score multiplier of one layer.
-  float layer_attn_scale(int layer) const { return attn_scale_by_layer ? attn_scale / (layer + 1) : attn_scale; }
+  // The score multiplier of one layer (YaRN's attention factor squared where the layer rotates
+  // with the scaled table).
+  float layer_attn_scale(int layer) const {
+    float s = attn_scale_by_layer ? attn_scale / (layer + 1) : attn_scale;
+    const bool local_table = rope_local_theta > 0 && layer_window[layer] > 0;
+    if (rope_scaling == "yarn" && !local_table) s *= rope_attn_factor * rope_attn_factor;
+    return s;
+  }
   // Throws KvlmError when a field is out of range or inconsistent.
   void validate(const std::string& source) const;
 };

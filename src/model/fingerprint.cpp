@@ -64,6 +64,7 @@ Sha256Digest model_fingerprint(const Model& m, const std::string& source) {
   h.update(m.rope_local.inv_freq.data(), m.rope_local.inv_freq.size() * sizeof(float));
   if (!c.layer_moe.empty()) {
     h.add(c.n_experts).add(c.experts_per_token).add(c.expert_hidden_dim).add(c.norm_topk_prob);
+    h.add(c.swiglu_limit).add(c.swiglu_alpha).add(c.attn_sinks);
     for (int moe : c.layer_moe) h.add(moe);
   }
   for (const LayerWeights& L : m.layers)

@@ -19,6 +19,7 @@ struct AttentionParams {
   float scale = 1.0f;    // multiplier on q.k
   float softcap = 0.0f;  // > 0: scores soft-capped at it after scaling (Gemma 2)
   int window = 0;        // 0: every earlier position; W: the last W positions, self included
+  const float* sinks = nullptr;  // [n_heads] learned sink logits (gpt-oss), or null
 };
 
 class ForwardStep {

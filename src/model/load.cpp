@@ -150,6 +150,7 @@ void Model::check_shapes(const std::string& source) const {
     lin(L.wk, c.kv_dim(), c.dim, p + "k projection");
     lin(L.wv, c.kv_dim(), c.dim, p + "v projection");
     lin(L.wo, c.dim, c.q_dim(), p + "output projection");
+    if (c.attn_sinks) need(L.attn_sinks.size(), static_cast<size_t>(c.n_heads), p + "attention sinks");
     if (c.is_moe_layer(i)) {
       lin(L.router, c.n_experts, c.dim, p + "router");
       need(L.experts.size(), static_cast<size_t>(c.n_experts), p + "expert list");

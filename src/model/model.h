@@ -27,6 +27,7 @@ struct LayerWeights {
   Buffer<float> q_norm, k_norm;                   // [head_dim] or [q_dim] / [kv_dim]: cfg.qk_norm
   Buffer<float> q_norm_bias, k_norm_bias;         // [head_dim]: a LayerNorm's (Phi-2's qk_layernorm)
   Buffer<float> post_attn_norm, post_mlp_norm;    // [dim]: cfg.output_norms
+  Buffer<float> attn_sinks;                       // [n_heads]: cfg.attn_sinks
   Buffer<float> mlp_norm, mlp_norm_bias;          // [dim]
   Linear w_gate;                                 // [hidden][dim], SwiGLU only
   Linear w_up;                                   // [hidden][dim]
@@ -39,9 +40,9 @@ struct LayerWeights {
   std::vector<Linear*> matrices();
 
   // Every per-layer vector (norm weights and biases), for the byte and parameter counts.
-  std::array<const Buffer<float>*, 10> vectors() const {
-    return {&attn_norm, &attn_norm_bias, &q_norm,        &k_norm,   &q_norm_bias,
-            &k_norm_bias, &post_attn_norm, &post_mlp_norm, &mlp_norm, &mlp_norm_bias};
+  std::array<const Buffer<float>*, 11> vectors() const {
+    return {&attn_norm,      &attn_norm_bias, &q_norm,   &k_norm,        &q_norm_bias, &k_norm_bias,
+            &post_attn_norm, &post_mlp_norm,  &mlp_norm, &mlp_norm_bias, &attn_sinks};
   }
 };
 

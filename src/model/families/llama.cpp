@@ -22,7 +22,7 @@ void read_hf_shapes(const HfReader& r, ModelConfig& c, bool head_dim_key, int he
   c.layer_window.assign(c.n_layers > 0 && c.n_layers <= 1024 ? c.n_layers : 0, 0);
 }
 
-ModelConfig llama_like_from_hf(const HfReader& r, const char* arch, bool partial_rotary) {
+ModelConfig llama_like_from_hf(const HfReader& r, const char* arch, bool partial_rotary, bool yarn) {
   ModelConfig c;
   c.arch = arch;
   read_hf_shapes(r, c, /*head_dim_key=*/true);
@@ -35,7 +35,7 @@ ModelConfig llama_like_from_hf(const HfReader& r, const char* arch, bool partial
   c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
   c.bos_id = r.integer_or("bos_token_id", 1);
   c.eos_id = r.integer_or("eos_token_id", 2);
-  read_hf_rope(r, c, partial_rotary);
+  read_hf_rope(r, c, partial_rotary, yarn);
   return c;
 }
 
@@ -58,7 +58,7 @@ void read_rope_object(const HfReader& s, ModelConfig& c, const char* key) {
   read_rotary_fraction(s, c);
   std::string type = s.string_or("rope_type", s.string_or("type", ""));
   if (type == "default") type = "";
-  if (type != "" && type != "linear" && type != "llama3")
+  if (type != "" && type != "linear" && type != "llama3" && type != "yarn")
     fail(s.label, ": unsupported rope scaling type '", type, "' in ", key, " (supported: linear, llama3)");
   c.rope_scaling = type;
   c.rope_factor = s.number_or("factor", 1.0f);
@@ -67,6 +67,16 @@ void read_rope_object(const HfReader& s, ModelConfig& c, const char* key) {
   c.rope_original_max_pos = s.integer_or("original_max_position_embeddings", 8192);
   if (!(c.rope_factor > 0) || !(c.rope_high_freq_factor > c.rope_low_freq_factor) || c.rope_original_max_pos <= 0)
     fail(s.label, ": rope scaling values out of range");
+  if (type != "yarn") return;
+  c.rope_beta_fast = s.number_or("beta_fast", 32.0f);
+  c.rope_beta_slow = s.number_or("beta_slow", 1.0f);
+  c.rope_yarn_truncate = s.boolean_or("truncate", true);
+  // The attention factor as transformers derives it: given, or from mscale and mscale_all_dim,
+  // or 0.1 ln(factor) + 1.
+  auto mscale = [&](double m) { return c.rope_factor <= 1 ? 1.0 : 0.1 * m * std::log(c.rope_factor) + 1.0; };
+  const float ms = s.number_or("mscale", 0.0f), ms_all = s.number_or("mscale_all_dim", 0.0f);
+  c.rope_attn_factor = static_cast<float>(ms != 0 && ms_all != 0 ? mscale(ms) / mscale(ms_all) : mscale(1.0));
+  c.rope_attn_factor = s.number_or("attention_factor", c.rope_attn_factor);
 }
 
 // transformers >= 5 keys rope_parameters by layer type where they differ (Gemma 3, OLMo 3):
@@ -112,8 +122,11 @@ void read_hf_rope_parts(const HfReader& r, ModelConfig& c) {
 
 }  // namespace
 
-void read_hf_rope(const HfReader& r, ModelConfig& c, bool partial_rotary) {
+void read_hf_rope(const HfReader& r, ModelConfig& c, bool partial_rotary, bool yarn) {
   read_hf_rope_parts(r, c);
+  if (c.rope_scaling == "yarn" && !yarn)
+    fail(r.label, ": unsupported rope scaling type 'yarn' for model_type ", r.string_or("model_type", "?"),
+         " (supported: linear, llama3)");
   if (c.rope_dims != 0 && !partial_rotary)
     fail(r.label, ": partial_rotary_factor (rotating part of each head) is not supported for model_type ",
          r.string_or("model_type", "?"));

@@ -13,12 +13,12 @@ void read_hf_shapes(const HfReader& r, ModelConfig& c, bool head_dim_key, int he
 // The Llama keys of config.json: shapes, RMSNorm, SwiGLU, rotate-half RoPE with its scaling.
 // Biases are left for the family to set; every layer's window is 0.
 // partial_rotary: the family rotates part of each head where partial_rotary_factor says so
-// (else a factor below 1 is refused).
-ModelConfig llama_like_from_hf(const HfReader& r, const char* arch, bool partial_rotary = false);
+// (else a factor below 1 is refused); yarn: the family takes YaRN scaling (else refused).
+ModelConfig llama_like_from_hf(const HfReader& r, const char* arch, bool partial_rotary = false, bool yarn = false);
 // RoPE theta, scaling and partial_rotary_factor (top level or inside) from rope_theta +
 // rope_scaling or rope_parameters (flat, or keyed by layer type: the sliding layers' own base
 // becomes rope_local_theta).
-void read_hf_rope(const HfReader& r, ModelConfig& c, bool partial_rotary = false);
+void read_hf_rope(const HfReader& r, ModelConfig& c, bool partial_rotary = false, bool yarn = false);
 // layer_types (transformers >= 5): "sliding_attention" layers get `window`, the rest 0.
 void apply_layer_types(const HfReader& r, ModelConfig& c, int window);
 // GGUF: RMSNorm epsilon, SwiGLU, RoPE base/scaling and Llama 3's rope_freqs. The caller sets the
