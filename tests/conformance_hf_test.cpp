@@ -104,7 +104,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Conformance,
                                            // Mixture of experts:
                                            Case{"mixtral_tiny", ""}, Case{"mixtral_tiny", "model-F32.gguf"},
                                            Case{"qwen3moe_tiny", ""}, Case{"qwen3moe_tiny", "model-F32.gguf"},
-                                           Case{"qwen3moe_sparse", ""}, Case{"gptoss_tiny", ""}),
+                                           Case{"qwen3moe_sparse", ""}, Case{"gptoss_tiny", ""},
+                                           Case{"deepseek3_tiny", ""}, Case{"deepseek3_plain", ""}),
                          case_name);
 
 // fp16 weights run as fp16 (F16C in the kernel), never narrowed to bf16 unless asked: the error

@@ -67,7 +67,7 @@ std::string temp_dir(const std::string& name) {
 }
 
 TEST(KvTiers, EvictedBlocksComeBackWithIdenticalLogits) {
-  for (const char* fixture : {"llama_tiny", "qwen3_tiny", "mixtral_tiny", "gptoss_tiny"})
+  for (const char* fixture : {"llama_tiny", "qwen3_tiny", "mixtral_tiny", "gptoss_tiny", "deepseek3_tiny"})
   for (DType dtype : {DType::F32, DType::F16, DType::Int8, DType::Int4})
     for (const char* tier : {"host", "disk"}) {
       auto m = load_model(test::fixtures_dir() + "/" + fixture);

@@ -115,6 +115,17 @@ TEST(ConfigKeys, RefusedByName) {
       {"qwen3moe_sparse", [](json& c) { c["mlp_only_layers"] = {7}; }, "mlp_only_layers holds 7"},
       {"qwen3moe_sparse", [](json& c) { c["decoder_sparse_step"] = 0; }, "decoder_sparse_step must be at least 1"},
       {"qwen3moe_tiny", [](json& c) { c["num_experts"] = 6; }, "num_experts and num_local_experts disagree"},
+      {"gptoss_tiny", [](json& c) { c["swiglu_limit"] = 0; }, "swiglu_limit must be positive"},
+      {"mixtral_tiny", [](json& c) { c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
+       "unsupported rope scaling type 'yarn'"},
+      // DeepSeek-V2's routing rules and arithmetic V3 does not have, each named.
+      {"deepseek3_tiny", [](json& c) { c["scoring_func"] = "softmax"; }, "scoring_func 'softmax' is not supported"},
+      {"deepseek3_tiny", [](json& c) { c["topk_method"] = "group_limited_greedy"; }, "topk_method"},
+      {"deepseek3_tiny", [](json& c) { c["moe_layer_freq"] = 2; }, "moe_layer_freq"},
+      {"deepseek3_tiny", [](json& c) { c["attention_bias"] = true; }, "attention_bias = true is not supported"},
+      {"deepseek3_tiny", [](json& c) { c["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}}; },
+       "rope scaling 'linear' is not supported for deepseek_v3"},
+      {"deepseek3_tiny", [](json& c) { c["topk_group"] = 5; }, "topk_group must be in 1..n_group"},
   };
   int i = 0;
   for (const Case& c : cases) {

@@ -10,6 +10,7 @@
 #include "gguf_edit.h"
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_pages.h"
 #include "kv/paged_cache.h"
 #include "model/model.h"
 #include "test_support.h"
@@ -91,6 +92,31 @@ TEST(Moe, SinksChangeTheLogitsAsTransformersDoes) {
   EXPECT_LE(test::max_abs_diff(stepwise(*m), ref), 1e-4f);
   for (LayerWeights& L : m->layers) std::fill(L.attn_sinks.begin(), L.attn_sinks.end(), -1e4f);
   EXPECT_GT(test::max_abs_diff(stepwise(*m), ref), 1e-2f) << "the sinks change nothing";
+}
+
+// DeepSeek's latent attention caches one row of kv_lora_rank + qk_rope_head_dim values per
+// position and layer, read by every head as its key and its value: pages hold it once. The
+// expanded figure is what the same model's per-head keys and values would take.
+TEST(Moe, LatentAttentionCachesOneLatentRowPerPosition) {
+  auto m = load_model(fixture("deepseek3_tiny"));
+  const ModelConfig& c = m->cfg;
+  ASSERT_TRUE(c.mla());
+  EXPECT_EQ(c.n_kv_heads, 1);
+  EXPECT_EQ(c.kv_dim(), 48 + 16);
+  EXPECT_EQ(KvPages::block_bytes(c, 1, DType::F16), 3u * 64 * 2);
+  for (DType t : {DType::F32, DType::Int8}) {
+    KvPages pages(c, 16, 4, t);
+    EXPECT_EQ(pages.values_are_keys(), true);
+    if (t == DType::F32) EXPECT_EQ(pages.v(1, 2), pages.k(1, 2));
+    if (t == DType::Int8) EXPECT_EQ(pages.vq(1, 2), pages.kq(1, 2));
+    if (t == DType::Int8) EXPECT_EQ(pages.vp(1, 2), pages.kp(1, 2));
+  }
+  EXPECT_EQ(KvPages::expanded_token_bytes(c, DType::F16), 3u * 4 * (16 + 16 + 24) * 2);
+  EXPECT_EQ(KvPages::expanded_token_bytes(load_model(fixture("llama_tiny"))->cfg, DType::F16), 0u);
+  // Layer 0 is dense (first_k_dense_replace), the others route over groups with a shared expert.
+  EXPECT_EQ(c.layer_moe, (std::vector<int>{0, 1, 1}));
+  EXPECT_TRUE(m->layers[0].experts.empty());
+  EXPECT_EQ(m->layers[1].shared_expert.gate.out, 32);
 }
 
 TEST(Moe, DecodeRooflineCountsTheActiveExperts) {

@@ -55,7 +55,8 @@ void expect_pages_equal_contiguous(const Model& m, const std::vector<int>& ids, 
 }
 
 TEST(QuantizedPages, EqualTheContiguousQuantizedCacheOnFixtures) {
-  for (const char* f : {"llama_tiny", "mistral_tiny", "qwen2_tiny", "gpt2_tiny", "mixtral_tiny", "gptoss_tiny"}) {
+  for (const char* f : {"llama_tiny", "mistral_tiny", "qwen2_tiny", "gpt2_tiny", "mixtral_tiny", "gptoss_tiny",
+                        "deepseek3_tiny"}) {
     std::string dir = test::fixtures_dir() + "/" + f;
     expect_pages_equal_contiguous(*load_model(dir), fixture_ids(dir), f);
   }

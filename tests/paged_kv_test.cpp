@@ -73,7 +73,7 @@ TEST(PagedKv, EqualsContiguousOnConformanceFixtures) {
                         "smollm3_tiny", "smollm3_window", "granite_tiny", "olmo2_tiny",
                         "olmo3_tiny", "gemma2_tiny", "gemma3_tiny", "phi3_tiny",
                         "phi2_tiny", "phi2_qknorm", "stablelm_tiny", "stablelm_parallel", "mixtral_tiny",
-                        "qwen3moe_tiny", "qwen3moe_sparse", "gptoss_tiny"}) {
+                        "qwen3moe_tiny", "qwen3moe_sparse", "gptoss_tiny", "deepseek3_tiny", "deepseek3_plain"}) {
     std::string dir = test::fixtures_dir() + "/" + f;
     json e = json::parse(test::read_file(dir + "/expected.json"));
     std::vector<int> ids = e["prompt_ids"].get<std::vector<int>>();
@@ -275,7 +275,8 @@ TEST(PagedKv, AnOversizedRequestFailsAloneAndOthersFinish) {
 // Also for experts: batching changes how many rows each expert's matrices take at once, never a
 // token's result.
 TEST(PagedKv, BatchedStepEqualsSeparateRuns) {
-  for (const char* path : {"gpt2_tiny", "mixtral_tiny", "mixtral_tiny/model-Q8_0.gguf", "qwen3moe_tiny/model-Q8_0.gguf"}) {
+  for (const char* path : {"gpt2_tiny", "mixtral_tiny", "mixtral_tiny/model-Q8_0.gguf", "qwen3moe_tiny/model-Q8_0.gguf",
+                           "deepseek3_tiny"}) {
     SCOPED_TRACE(path);
     auto m = load_model(test::fixtures_dir() + "/" + path);
     Engine e(*m, {16, 64, true, 4096, 128});

@@ -115,6 +115,22 @@ def cases():
         rope_parameters={"rope_type": "yarn", "rope_theta": 20000.0, "factor": 4.0, "beta_fast": 4.0,
                          "beta_slow": 0.05, "truncate": False, "original_max_position_embeddings": 16},
         **dict(COMMON, num_hidden_layers=4)), ()
+    # DeepSeek-V3's latent attention and routing, HF only: q through its low-rank pair, YaRN over an
+    # original context of 16 with mscale off mscale_all_dim (so both score factors move), 8
+    # experts in 4 groups of which 2 are kept, 2 per token, a shared expert, layer 0 dense.
+    mla = dict(COMMON, num_hidden_layers=3, num_key_value_heads=4, kv_lora_rank=48, qk_rope_head_dim=16,
+               qk_nope_head_dim=16, v_head_dim=24, moe_intermediate_size=32, n_routed_experts=8,
+               num_experts_per_tok=2, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    yield "deepseek3_tiny", tf.DeepseekV3Config(
+        q_lora_rank=32, n_group=4, topk_group=2, n_shared_experts=1, first_k_dense_replace=1,
+        routed_scaling_factor=2.5, norm_topk_prob=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 20000.0, "factor": 4.0, "mscale": 0.8,
+                         "mscale_all_dim": 0.6, "original_max_position_embeddings": 16}, **mla), ()
+    # Queries straight (no q_lora_rank), rotate-half RoPE, one group, weights not renormalized, two
+    # shared experts' width, every layer MoE.
+    yield "deepseek3_plain", tf.DeepseekV3Config(
+        q_lora_rank=None, rope_interleave=False, n_group=1, topk_group=1, n_shared_experts=2, first_k_dense_replace=0,
+        routed_scaling_factor=1.5, norm_topk_prob=False, rope_theta=30000.0, **mla), ()
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()
@@ -141,8 +157,20 @@ def record_routing_margin(model, d):
     k = model.config.num_experts_per_tok
     gaps = []
 
-    def hook(_module, _inputs, out):
-        top = out[0].double().topk(k + 1, dim=-1).values
+    def hook(module, _inputs, out):
+        choice = out[0].double()
+        bias = getattr(module, "e_score_correction_bias", None)
+        if bias is not None:  # DeepSeek-V3: sigmoid scores plus the bias, chosen among kept groups
+            choice = choice.sigmoid() + bias.double()
+            n_group, topk_group = module.num_group, module.topk_group
+            groups = choice.view(choice.shape[0], n_group, -1).topk(2, dim=-1).values.sum(-1)
+            if n_group > 1:
+                top_g = groups.topk(topk_group + 1, dim=-1).values
+                gaps.append(float((top_g[:, topk_group - 1] - top_g[:, topk_group]).min()))
+                keep = torch.zeros_like(groups).scatter_(1, groups.topk(topk_group, dim=-1).indices, 1)
+                mask = keep.unsqueeze(-1).expand(-1, -1, choice.shape[1] // n_group).reshape(choice.shape)
+                choice = choice.masked_fill(mask == 0, float("-inf"))
+        top = choice.topk(k + 1, dim=-1).values
         gaps.append(float((top[:, k - 1] - top[:, k]).min()))
     handles = [r.register_forward_hook(hook) for r in routers(model)]
     with torch.no_grad():
@@ -201,6 +229,12 @@ def main():
                         p.sub_(1.0)
         if getattr(cfg, "num_experts_per_tok", 0):
             sharpen_routers(model)
+        if name.startswith("deepseek"):  # the routers' choice biases are buffers, zero unless set
+            with torch.no_grad():
+                g = torch.Generator().manual_seed(77)
+                for bname, b in model.named_buffers():
+                    if bname.endswith("e_score_correction_bias"):
+                        b.copy_(torch.randn(b.shape, generator=g) * 0.05)
         if name.startswith("gptoss"):  # sink logits near the scores' size, so they matter
             with torch.no_grad():
                 for pname, p in model.named_parameters():

@@ -314,6 +314,7 @@ json bench_report(const BenchArgs& asked) {
              {"windowed_layers", c.n_layers - global_layers},
              {"tokens_at_longest_run", used_tokens},
              {"bytes_in_use_at_longest_run", probe.bytes_for(static_cast<int>(used_tokens))}};
+  if (c.mla()) j["kv"]["expanded_bytes_per_token"] = KvPages::expanded_token_bytes(c, kv_dtype);
   std::vector<Series> plot;
   if (a.sweep) {
     j["sweep"] = sweep(*m, a, plot);

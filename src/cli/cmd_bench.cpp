@@ -77,6 +77,10 @@ int run_bench(const BenchArgs& a) {
   std::printf("          a full context holds %.2f MB for %d positions = %.0f bytes/position (%d global layers, %d windowed)\n",
               kv["allocated_bytes"].get<size_t>() / 1e6, max_seq_len, kv["allocated_bytes_per_position"].get<double>(),
               kv["global_layers"].get<int>(), kv["windowed_layers"].get<int>());
+  if (kv.contains("expanded_bytes_per_token") && kv["expanded_bytes_per_token"].get<size_t>() > 0)
+    std::printf("          latent attention: keys and values expanded per head would take %zu bytes/token (%.1fx)\n",
+                kv["expanded_bytes_per_token"].get<size_t>(),
+                kv["expanded_bytes_per_token"].get<double>() / kv["bytes_per_token_formula"].get<double>());
   if (kv["residual_tokens"].get<int>() > 0)
     std::printf("          beside them the newest %d positions at f32 (--kv-residual), counted below\n",
                 kv["residual_tokens"].get<int>());

@@ -99,6 +99,8 @@ int run_plan(const PlanArgs& a) {
                    {"bytes_left", static_cast<double>(left)},
                    {"max_batch_at_ctx", max_batch},
                    {"max_ctx_at_batch", max_ctx}};
+  if (c.mla())  // what the latent saves: the same model's keys and values cached per head
+    j["expanded_kv_bytes_per_token"] = KvPages::expanded_token_bytes(c, dtype);
   if (a.json) {
     std::puts(j.dump(1).c_str());
     return 0;
@@ -106,6 +108,10 @@ int run_plan(const PlanArgs& a) {
   std::printf("model: %s, %d layers, %d KV heads x %d head_dim, context %d\n", c.arch.c_str(), c.n_layers, c.n_kv_heads,
               c.head_dim, c.max_seq_len);
   std::printf("KV per token: %.0f bytes (%s)\n", static_cast<double>(per_token), j["formula"].get<std::string>().c_str());
+  if (c.mla() && KvPages::expanded_token_bytes(c, dtype) > 0)
+    std::printf("latent attention: %.0f bytes per token cached; its keys and values expanded per head would take %zu (%.1fx)\n",
+                static_cast<double>(per_token), KvPages::expanded_token_bytes(c, dtype),
+                KvPages::expanded_token_bytes(c, dtype) / static_cast<double>(per_token));
   std::printf("KV block: %d tokens = %.0f bytes; a sequence of %d tokens holds %lld blocks%s\n", a.block_size,
               static_cast<double>(per_block), ctx, static_cast<long long>(blocks_per_seq),
               all_windowed ? " (every layer is windowed)" : "");

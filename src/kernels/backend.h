@@ -27,6 +27,20 @@ struct EmbeddingRows {
   int width = 0;
 };
 
+// How a router's logits choose experts. Softmax routing (Mixtral, Qwen3-MoE, gpt-oss): the k
+// highest softmax scores, renormalized to sum 1 where `renormalize`. Sigmoid routing
+// (DeepSeek-V3): sigmoid scores; choice by score + choice_bias among the topk_group of n_group
+// equal groups of experts whose best two choice values sum highest; weights the chosen scores,
+// renormalized where `renormalize`. Either way weights are then multiplied by `scale`; among
+// equal values the lower expert index is chosen first.
+struct RouteSpec {
+  int experts = 0, k = 0;
+  bool renormalize = true, sigmoid = false;
+  const float* choice_bias = nullptr;  // [experts], sigmoid routing only; null: none
+  int n_group = 1, topk_group = 1;
+  float scale = 1.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -62,15 +76,16 @@ class Backend {
   virtual void add(float* x, const float* y, int n, int width) = 0;
   // x *= a over n rows.
   virtual void scale(float* x, float a, int n, int width) = 0;
+  // dst row t [width] = src row t's `width` values, rows src_stride and dst_stride floats apart
+  // (a column block of one activation copied into another's).
+  virtual void copy_cols(const float* src, size_t src_stride, float* dst, size_t dst_stride, int n, int width) = 0;
   // x = 0 over n rows.
   virtual void zero(float* x, int n, int width) = 0;
 
-  // Mixture-of-experts routing of n rows of n_experts router logits: each row's k highest softmax
-  // scores (the lower expert index first among equal scores) into ids[n][k] and weights[n][k],
-  // those renormalized to sum 1 when `renormalize`. ids and weights are host memory: the forward
-  // picks which experts' matrices run from them.
-  virtual void route_top_k(const float* logits, int n, int n_experts, int k, bool renormalize, int* ids,
-                           float* weights) = 0;
+  // Mixture-of-experts routing of n rows of router logits [n][experts] into the k chosen experts
+  // of each row, ids[n][k] and weights[n][k] (host memory: the forward picks which experts'
+  // matrices run from them), by the rule `r` describes.
+  virtual void route_top_k(const RouteSpec& r, const float* logits, int n, int* ids, float* weights) = 0;
   // out[i] = x[rows[i]] for n rows of `width`: the rows routed to one expert, gathered.
   virtual void gather_rows(const float* x, const int* rows, int n, int width, float* out) = 0;
   // x[rows[i]] += weights[i] * y[i] for n distinct rows of `width`: an expert's outputs, weighed,

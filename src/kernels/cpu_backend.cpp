@@ -121,27 +121,58 @@ void CpuBackend::scale(float* x, float a, int n, int width) {
   });
 }
 
+void CpuBackend::copy_cols(const float* src, size_t src_stride, float* dst, size_t dst_stride, int n, int width) {
+  for (int t = 0; t < n; ++t) std::copy_n(src + t * src_stride, width, dst + t * dst_stride);
+}
+
 void CpuBackend::zero(float* x, int n, int width) { std::fill_n(x, static_cast<size_t>(n) * width, 0.0f); }
 
-void CpuBackend::route_top_k(const float* logits, int n, int n_experts, int k, bool renormalize, int* ids,
-                             float* weights) {
-  const size_t E = static_cast<size_t>(n_experts);
-  std::vector<float> p(E);
-  std::vector<int> order(E);
+void CpuBackend::route_top_k(const RouteSpec& r, const float* logits, int n, int* ids, float* weights) {
+  const size_t E = static_cast<size_t>(r.experts);
+  const int per_group = r.experts / r.n_group;
+  std::vector<float> score(E), choice(E), group_value(r.n_group);
+  std::vector<int> order(E), groups(r.n_group);
+  auto by_value = [](const std::vector<float>& v) {
+    return [&v](int a, int b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+  };
   for (int t = 0; t < n; ++t) {
     const float* z = logits + t * E;
-    const float top = *std::max_element(z, z + E);
-    float sum = 0;
-    for (size_t e = 0; e < E; ++e) sum += p[e] = std::exp(z[e] - top);
-    for (size_t e = 0; e < E; ++e) p[e] /= sum;
+    if (r.sigmoid) {
+      for (size_t e = 0; e < E; ++e) {
+        score[e] = 1.0f / (1.0f + std::exp(-z[e]));
+        choice[e] = score[e] + (r.choice_bias ? r.choice_bias[e] : 0.0f);
+      }
+    } else {
+      const float top = *std::max_element(z, z + E);
+      float sum = 0;
+      for (size_t e = 0; e < E; ++e) sum += score[e] = std::exp(z[e] - top);
+      for (size_t e = 0; e < E; ++e) choice[e] = score[e] /= sum;
+    }
+    if (r.n_group > 1) {  // experts outside the best topk_group groups cannot be chosen
+      for (int g = 0; g < r.n_group; ++g) {
+        const float* c = choice.data() + g * per_group;
+        float best = -INFINITY, second = -INFINITY;
+        for (int i = 0; i < per_group; ++i)
+          if (c[i] > best)
+            second = best, best = c[i];
+          else if (c[i] > second)
+            second = c[i];
+        group_value[g] = best + second;
+      }
+      std::iota(groups.begin(), groups.end(), 0);
+      std::partial_sort(groups.begin(), groups.begin() + r.topk_group, groups.end(), by_value(group_value));
+      std::vector<bool> kept(r.n_group, false);
+      for (int g = 0; g < r.topk_group; ++g) kept[groups[g]] = true;
+      for (size_t e = 0; e < E; ++e)
+        if (!kept[e / per_group]) choice[e] = -INFINITY;
+    }
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    std::partial_sort(order.begin(), order.begin() + r.k, order.end(), by_value(choice));
     float chosen = 0;
-    for (int j = 0; j < k; ++j) chosen += p[order[j]];
-    for (int j = 0; j < k; ++j) {
-      ids[t * k + j] = order[j];
-      weights[t * k + j] = renormalize ? p[order[j]] / chosen : p[order[j]];
+    for (int j = 0; j < r.k; ++j) chosen += score[order[j]];
+    for (int j = 0; j < r.k; ++j) {
+      ids[t * r.k + j] = order[j];
+      weights[t * r.k + j] = (r.renormalize ? score[order[j]] / chosen : score[order[j]]) * r.scale;
     }
   }
 }

@@ -27,9 +27,9 @@ class CpuBackend final : public Backend {
   void softcap(float* x, float cap, int n, int width) override;
   void add(float* x, const float* y, int n, int width) override;
   void scale(float* x, float a, int n, int width) override;
+  void copy_cols(const float* src, size_t src_stride, float* dst, size_t dst_stride, int n, int width) override;
   void zero(float* x, int n, int width) override;
-  void route_top_k(const float* logits, int n, int n_experts, int k, bool renormalize, int* ids,
-                   float* weights) override;
+  void route_top_k(const RouteSpec& r, const float* logits, int n, int* ids, float* weights) override;
   void gather_rows(const float* x, const int* rows, int n, int width, float* out) override;
   void scatter_add_rows(float* x, const int* rows, const float* weights, const float* y, int n, int width) override;
 

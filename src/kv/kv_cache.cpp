@@ -9,10 +9,11 @@
 namespace kvlm {
 
 ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int max_len, DType dtype, int residual)
-    : kv_dim_(cfg.kv_dim()), max_len_(max_len), codec_{dtype, cfg.kv_dim(), cfg.head_dim} {
+    : kv_dim_(cfg.kv_dim()), max_len_(max_len), values_are_keys_(cfg.mla()), codec_{dtype, cfg.kv_dim(), cfg.head_dim} {
   if (max_len <= 0) fail("KV cache length must be positive, got ", max_len);
   if (residual < 0) fail("KV residual window must be >= 0, got ", residual);
-  if (!kv_dtype_fits(dtype, kv_dim_)) fail("KV dtype ", dtype_name(dtype), " needs kv_dim divisible by 32, got ", kv_dim_);
+  if (!kv_dtype_fits(dtype, kv_dim_))
+    fail("KV dtype ", dtype_name(dtype), " needs kv_dim divisible by 32, got ", kv_dim_);
   const bool quantized = dtype != DType::F32;
   residual_ = quantized ? std::min(residual, max_len) : 0;
   for (int l = 0; l < cfg.n_layers; ++l) {
@@ -42,12 +43,13 @@ void ContiguousKvCache::grow(int positions) {
     size_t slots = static_cast<size_t>(std::min(rows, slots_[l]));
     size_t f32_rows = quantized ? std::min<size_t>(residual_, rows) : slots;
     k_[l].resize(f32_rows * kv_dim_);
-    v_[l].resize(f32_rows * kv_dim_);
+    // The f32 ring beside quantized rows keeps both sides (it is small); whole rows keep K alone
+    // where the values are the keys.
+    if (!values_are_keys_ || quantized) v_[l].resize(f32_rows * kv_dim_);
     if (quantized) {
       kq_[l].resize(slots * codec_.data_bytes());
-      vq_[l].resize(slots * codec_.data_bytes());
       kp_[l].resize(slots * codec_.n_params());
-      vp_[l].resize(slots * codec_.n_params());
+      if (!values_are_keys_) vq_[l].resize(slots * codec_.data_bytes()), vp_[l].resize(slots * codec_.n_params());
     }
   }
   rows_ = rows;
@@ -56,7 +58,8 @@ void ContiguousKvCache::grow(int positions) {
 void ContiguousKvCache::encode_cold(int layer, int pos, const float* k, const float* v) {
   size_t s = static_cast<size_t>(pos % slots_[layer]);
   codec_.encode(k, kq_[layer].data() + s * codec_.data_bytes(), kp_[layer].data() + s * codec_.n_params());
-  codec_.encode(v, vq_[layer].data() + s * codec_.data_bytes(), vp_[layer].data() + s * codec_.n_params());
+  if (!values_are_keys_)
+    codec_.encode(v, vq_[layer].data() + s * codec_.data_bytes(), vp_[layer].data() + s * codec_.n_params());
 }
 
 KvLayerView ContiguousKvCache::view(int layer) const {
@@ -64,14 +67,14 @@ KvLayerView ContiguousKvCache::view(int layer) const {
   v.ring_rows = slots_[layer];
   if (codec_.dtype == DType::F32) {
     v.k = k_[layer].data();
-    v.v = v_[layer].data();
+    v.v = values_are_keys_ ? v.k : v_[layer].data();
     return v;
   }
   v.codec = &codec_;
   v.kq = kq_[layer].data();
-  v.vq = vq_[layer].data();
   v.kp = kp_[layer].data();
-  v.vp = vp_[layer].data();
+  v.vq = values_are_keys_ ? v.kq : vq_[layer].data();
+  v.vp = values_are_keys_ ? v.kp : vp_[layer].data();
   if (residual_ > 0) {  // the newest `residual` positions, at full precision
     v.hot_from = std::max(0, length_ - residual_);
     v.hot_rows = residual_;
@@ -87,6 +90,7 @@ void ContiguousKvCache::prepare(int pos, int n) {
 }
 
 void ContiguousKvCache::store(int layer, int pos, int n, const float* k, const float* v) {
+  KVLM_CHECK(!values_are_keys_ || k == v, "a latent cache stores one row as key and value");
   if (pos < 0 || pos + n > max_len_) fail("KV cache overflow: position ", pos + n, " > capacity ", max_len_);
   grow(pos + n);  // normally done by prepare(); callers filling a cache directly rely on this
   if (codec_.dtype != DType::F32) {
@@ -111,7 +115,8 @@ void ContiguousKvCache::store(int layer, int pos, int n, const float* k, const f
   for (int t = first; t < n; ++t) {
     size_t off = slot(layer, pos + t);
     std::memcpy(k_[layer].data() + off, k + static_cast<size_t>(t) * kv_dim_, kv_dim_ * sizeof(float));
-    std::memcpy(v_[layer].data() + off, v + static_cast<size_t>(t) * kv_dim_, kv_dim_ * sizeof(float));
+    if (!values_are_keys_)
+      std::memcpy(v_[layer].data() + off, v + static_cast<size_t>(t) * kv_dim_, kv_dim_ * sizeof(float));
   }
 }
 
@@ -152,15 +157,16 @@ size_t ContiguousKvCache::row_bytes(int positions, bool read) const {
   size_t b = 0;
   for (int slots : slots_) {
     const size_t rows = static_cast<size_t>(std::min(positions, slots));
+    const size_t sides = values_are_keys_ ? 1 : 2;
     if (codec_.dtype == DType::F32) {
-      b += 2 * rows * kv_dim_ * sizeof(float);
+      b += sides * rows * kv_dim_ * sizeof(float);
       continue;
     }
     // Beside quantized rows the newest `residual` positions are kept at f32 too (a ring of its
     // own, whatever the layer's window), and read in place of their codec rows.
     const size_t f32_rows = std::min<size_t>(residual_, read ? rows : static_cast<size_t>(positions));
     const size_t codec_rows = read ? rows - f32_rows : rows;
-    b += 2 * (f32_rows * kv_dim_ * sizeof(float) + codec_rows * codec_.bytes());
+    b += 2 * f32_rows * kv_dim_ * sizeof(float) + sides * codec_rows * codec_.bytes();
   }
   return b;
 }

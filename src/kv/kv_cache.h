@@ -114,6 +114,7 @@ class ContiguousKvCache : public KvCache {
   size_t row_bytes(int positions, bool read) const;  // bytes_for (held) or bytes_read_at (read)
 
   int kv_dim_, max_len_, length_ = 0;
+  bool values_are_keys_;  // latent attention: one row per position, read as key and value
   int rows_ = 0;                          // positions every layer has storage for (min'd with its ring)
   std::vector<int> slots_;               // [n_layers]
   // Buffers, not vectors: a layer's rows of 2 MiB or more get huge pages (core/buffer.h). On 4 KiB

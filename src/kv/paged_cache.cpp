@@ -29,6 +29,8 @@ PagedKvCache::PagedKvCache(KvPages& pages, BlockPool& pool, PagedKvOptions opt)
     // A quantized page would be decoded, rotated and encoded again at every eviction: rounding
     // error that piles up, unlike the f32 rows the contiguous sink cache moves.
     if (pages.dtype() != DType::F32) fail("attention sinks need f32 KV pages, not ", dtype_name(pages.dtype()));
+    // A latent row rotates only its last part: re-rotating it as whole heads would be wrong.
+    if (pages.values_are_keys()) fail("attention sinks are not supported with latent attention (MLA)");
     const int64_t slots = static_cast<int64_t>(opt.sinks) + opt.window;
     if (opt.max_len > 0 && slots > opt.max_len)
       fail("sink tokens + window (", slots, ") exceed the context of ", opt.max_len, " tokens");
@@ -174,6 +176,7 @@ void PagedKvCache::prepare(int pos, int n) {
 
 void PagedKvCache::store(int layer, int pos, int n, const float* k, const float* v) {
   const int bs = pool_.block_size(), dim = pages_.kv_dim();
+  KVLM_CHECK(!pages_.values_are_keys() || k == v, "a latent cache stores one row as key and value");
   const KvRowCodec& codec = pages_.codec();
   for (int t = 0; t < n; ++t) {
     int p = pos + t, b = p / bs;
@@ -184,12 +187,13 @@ void PagedKvCache::store(int layer, int pos, int n, const float* k, const float*
     const size_t slot = static_cast<size_t>(p % bs);
     if (codec.dtype == DType::F32) {
       std::memcpy(pages_.k(layer, table_[b]) + slot * dim, kt, dim * sizeof(float));
-      std::memcpy(pages_.v(layer, table_[b]) + slot * dim, vt, dim * sizeof(float));
+      if (!pages_.values_are_keys()) std::memcpy(pages_.v(layer, table_[b]) + slot * dim, vt, dim * sizeof(float));
       continue;
     }
     // Encoded at once, so a page is complete for any sequence that shares or adopts it.
     codec.encode(kt, pages_.kq(layer, table_[b]) + slot * codec.data_bytes(), pages_.kp(layer, table_[b]) + slot * codec.n_params());
-    codec.encode(vt, pages_.vq(layer, table_[b]) + slot * codec.data_bytes(), pages_.vp(layer, table_[b]) + slot * codec.n_params());
+    if (!pages_.values_are_keys())
+      codec.encode(vt, pages_.vq(layer, table_[b]) + slot * codec.data_bytes(), pages_.vp(layer, table_[b]) + slot * codec.n_params());
     if (residual_ > 0) {
       const size_t r = static_cast<size_t>(p % residual_) * dim;
       std::memcpy(ring_k_[layer].data() + r, kt, dim * sizeof(float));

@@ -9,6 +9,8 @@ namespace kvlm {
 SinkKvCache::SinkKvCache(const ModelConfig& cfg, const RopeTable& rope, int sinks, int window)
     : rope_(rope), n_kv_heads_(cfg.n_kv_heads), sinks_(sinks), slots_(0), kv_dim_(cfg.kv_dim()) {
   if (sinks < 0 || window < 1) fail("attention sinks need sink tokens >= 0 and a window >= 1");
+  // A latent row rotates only its last part: re-rotating it as whole heads would be wrong.
+  if (cfg.mla()) fail("attention sinks are not supported with latent attention (MLA)");
   const int64_t slots = static_cast<int64_t>(sinks) + window;  // in 64 bits: no wrap before the check
   if (slots > cfg.max_seq_len)
     fail("sink tokens + window (", slots, ") exceed the model's context ", cfg.max_seq_len);

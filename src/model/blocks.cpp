@@ -52,7 +52,16 @@ void moe_mlp(ForwardStep& s, const ModelConfig& c, const LayerWeights& L, const 
   s.ops.linear(L.router, xn, n, logits);
   std::vector<int> ids(static_cast<size_t>(n) * k);
   std::vector<float> weights(ids.size());
-  s.ops.route_top_k(logits, n, c.n_experts, k, c.norm_topk_prob, ids.data(), weights.data());
+  RouteSpec route;
+  route.experts = c.n_experts;
+  route.k = k;
+  route.renormalize = c.norm_topk_prob;
+  route.sigmoid = c.route_sigmoid;
+  route.choice_bias = L.router_choice_bias.empty() ? nullptr : L.router_choice_bias.data();
+  route.n_group = c.n_group;
+  route.topk_group = c.topk_group;
+  route.scale = c.routed_scaling_factor;
+  s.ops.route_top_k(route, logits, n, ids.data(), weights.data());
   // Rows per expert, in row order: each expert's rows are one batch for its matrices.
   std::vector<std::vector<int>> rows(c.n_experts);
   std::vector<std::vector<float>> row_weights(c.n_experts);
@@ -61,8 +70,8 @@ void moe_mlp(ForwardStep& s, const ModelConfig& c, const LayerWeights& L, const 
     row_weights[ids[i]].push_back(weights[i]);
   }
   float* in = s.act(kIn, c.dim);
-  float* gate = s.act(kGate, c.expert_hidden_dim);
-  float* up = s.act(kUp, c.expert_hidden_dim);
+  float* gate = s.act(kGate, std::max(c.expert_hidden_dim, c.shared_hidden_dim));
+  float* up = s.act(kUp, std::max(c.expert_hidden_dim, c.shared_hidden_dim));
   float* y = s.act(kOut, c.dim);
   s.ops.zero(out, n, c.dim);
   for (int e = 0; e < c.n_experts; ++e) {
@@ -78,6 +87,14 @@ void moe_mlp(ForwardStep& s, const ModelConfig& c, const LayerWeights& L, const 
       s.ops.silu_mul(gate, up, m, c.expert_hidden_dim);
     s.ops.linear(x.down, gate, m, y);
     s.ops.scatter_add_rows(out, rows[e].data(), row_weights[e].data(), y, m, c.dim);
+  }
+  if (c.shared_hidden_dim > 0) {  // the always-on expert, over every row
+    const Expert& x = L.shared_expert;
+    s.ops.linear(x.gate, xn, n, gate);
+    s.ops.linear(x.up, xn, n, up);
+    s.ops.silu_mul(gate, up, n, c.shared_hidden_dim);
+    s.ops.linear(x.down, gate, n, y);
+    s.ops.add(out, y, n, c.dim);
   }
 }
 

@@ -34,7 +34,22 @@ void ModelConfig::validate(const std::string& source) const {
   need(layer_moe.empty() || static_cast<int>(layer_moe.size()) == n_layers, "layer_moe needs one entry per layer");
   need(std::isfinite(swiglu_limit) && swiglu_limit >= 0 && std::isfinite(swiglu_alpha),
        "swiglu_limit must be >= 0 and swiglu_alpha finite");
+  if (mla()) {
+    need(kv_lora_rank <= 65536 && q_lora_rank >= 0 && q_lora_rank <= 65536 && qk_nope_dim > 0 && qk_nope_dim <= 1024 &&
+             qk_rope_dim > 0 && qk_rope_dim <= 1024 && qk_rope_dim % 2 == 0 && v_head_dim > 0 && v_head_dim <= 1024,
+         "latent attention's ranks and head widths are out of range");
+    need(n_kv_heads == 1 && head_dim == kv_lora_rank + qk_rope_dim,
+         "latent attention caches one row of kv_lora_rank + qk_rope_head_dim values per position");
+    need(std::isfinite(mla_pe_scale) && mla_pe_scale > 0, "the rotated part's score scale must be positive");
+  }
   if (!layer_moe.empty()) {
+    need(n_group >= 1 && n_experts % n_group == 0 && topk_group >= 1 && topk_group <= n_group,
+         "expert groups must divide the experts, and topk_group must be in 1..n_group");
+    need(!route_sigmoid || experts_per_token <= topk_group * (n_experts / n_group),
+         "the chosen groups must hold at least experts-per-token experts");
+    need(n_experts / n_group >= 2 || n_group == 1, "each expert group needs two experts (groups are scored by their best two)");
+    need(std::isfinite(routed_scaling_factor) && routed_scaling_factor > 0, "routed_scaling_factor must be positive");
+    need(shared_hidden_dim >= 0 && shared_hidden_dim <= 262144, "the shared experts' width must be in 0..262144");
     need(n_experts > 0 && n_experts <= 4096, "the expert count must be in 1..4096");
     need(experts_per_token > 0 && experts_per_token <= n_experts, "experts per token must be in 1..the expert count");
     need(expert_hidden_dim > 0 && expert_hidden_dim <= 262144, "the expert MLP width must be in 1..262144");
@@ -59,7 +74,7 @@ void ModelConfig::validate(const std::string& source) const {
              std::isfinite(rope_attn_factor) && rope_attn_factor > 0,
          "YaRN's beta_fast, beta_slow and attention factor must be positive finite numbers");
     // The factor scales rotated values only: with part of each head not rotating it is no score scale.
-    need(rope_scaling != "yarn" || rope_attn_factor == 1.0f || rotary_dims() == head_dim,
+    need(rope_scaling != "yarn" || rope_attn_factor == 1.0f || rotary_dims() == head_dim || mla(),
          "YaRN's attention factor with partial rotary is not supported");
     need(std::isfinite(rope_factor) && rope_factor > 0.0f, "rope scaling factor must be a positive finite number");
     need(std::isfinite(rope_low_freq_factor) && std::isfinite(rope_high_freq_factor) &&

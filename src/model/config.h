@@ -75,6 +75,20 @@ struct ModelConfig {
   float swiglu_limit = 0.0f, swiglu_alpha = 1.0f;
   // gpt-oss's learned attention sinks: one logit per head that joins every softmax's denominator.
   bool attn_sinks = false;
+  // DeepSeek-V3's routing: sigmoid scores; choice by score + a learned bias among the topk_group
+  // of n_group expert groups with the highest two-best sums; the chosen scores (renormalized
+  // where norm_topk_prob) times routed_scaling_factor. Its MoE layers add n_shared_experts'
+  // worth of an always-on expert (shared_hidden_dim wide).
+  bool route_sigmoid = false;
+  int n_group = 1, topk_group = 1, shared_hidden_dim = 0;
+  float routed_scaling_factor = 1.0f;
+  // DeepSeek's multi-head latent attention (MLA): each position caches one row of kv_lora_rank
+  // latent values and qk_rope_dim rotated key values, read by every head as its key and value
+  // (n_kv_heads 1, head_dim kv_lora_rank + qk_rope_dim); queries are absorbed into the latent
+  // (qk_nope_dim per head through the key half of kv_b_proj), outputs leave it through the value
+  // half (v_head_dim per head). q_lora_rank > 0: queries through a low-rank pair with a norm.
+  int kv_lora_rank = 0, q_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
+  float mla_pe_scale = 1.0f;  // YaRN's attention factor squared, on the rotated part's scores only
   std::vector<int> layer_moe;  // [n_layers]: 1 = experts, 0 = the dense MLP of hidden_dim; empty: all dense
   bool tied_embeddings = true;
   int bos_id = 1, eos_id = 2;
@@ -83,16 +97,18 @@ struct ModelConfig {
   int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
   bool is_moe_layer(int l) const { return !layer_moe.empty() && layer_moe[l] != 0; }
-  // KV bytes one token costs in a cache with no windows: 2 x layers x kv_heads x head_dim x bytes.
+  bool mla() const { return kv_lora_rank > 0; }
+  // KV bytes one token costs in a cache with no windows: 2 x layers x kv_heads x head_dim x bytes
+  // (latent attention: its one row per layer, read as key and value).
   size_t kv_bytes_per_token(size_t bytes_per_element = 4) const {
-    return 2ull * n_layers * n_kv_heads * head_dim * bytes_per_element;
+    return (mla() ? 1ull : 2ull) * n_layers * n_kv_heads * head_dim * bytes_per_element;
   }
   // The score multiplier of one layer (YaRN's attention factor squared where the layer rotates
   // with the scaled table).
   float layer_attn_scale(int layer) const {
     float s = attn_scale_by_layer ? attn_scale / (layer + 1) : attn_scale;
     const bool local_table = rope_local_theta > 0 && layer_window[layer] > 0;
-    if (rope_scaling == "yarn" && !local_table) s *= rope_attn_factor * rope_attn_factor;
+    if (rope_scaling == "yarn" && !local_table && !mla()) s *= rope_attn_factor * rope_attn_factor;
     return s;
   }
   // Throws KvlmError when a field is out of range or inconsistent.

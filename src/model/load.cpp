@@ -1,4 +1,5 @@
 // load_model: picks the reader by path (HF folder, GGUF, or llama2.c .bin) and binds the weights.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -30,6 +31,9 @@ EmbeddingRows Model::token_rows() const {
 std::vector<const Linear*> LayerWeights::matrices() const {
   std::vector<const Linear*> all{&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down, &router};
   for (const Expert& e : experts) all.insert(all.end(), {&e.gate, &e.up, &e.down});
+  all.insert(all.end(), {&shared_expert.gate, &shared_expert.up, &shared_expert.down, &q_a, &q_b, &kv_a});
+  for (const Linear& l : uk_t) all.push_back(&l);
+  for (const Linear& l : uv) all.push_back(&l);
   return all;
 }
 
@@ -146,10 +150,30 @@ void Model::check_shapes(const std::string& source) const {
         need(L.k_norm_bias.size(), static_cast<size_t>(c.head_dim), p + "key norm bias");
       }
     }
-    lin(L.wq, c.q_dim(), c.dim, p + "q projection");
-    lin(L.wk, c.kv_dim(), c.dim, p + "k projection");
-    lin(L.wv, c.kv_dim(), c.dim, p + "v projection");
-    lin(L.wo, c.dim, c.q_dim(), p + "output projection");
+    if (c.mla()) {
+      const int q_width = c.n_heads * (c.qk_nope_dim + c.qk_rope_dim);
+      if (c.q_lora_rank > 0) {
+        lin(L.q_a, c.q_lora_rank, c.dim, p + "q_a projection");
+        need(L.q_a_norm.size(), static_cast<size_t>(c.q_lora_rank), p + "q_a norm");
+        lin(L.q_b, q_width, c.q_lora_rank, p + "q_b projection");
+      } else {
+        lin(L.wq, q_width, c.dim, p + "q projection");
+      }
+      lin(L.kv_a, c.kv_lora_rank + c.qk_rope_dim, c.dim, p + "kv_a projection");
+      need(L.kv_a_norm.size(), static_cast<size_t>(c.kv_lora_rank), p + "kv_a norm");
+      need(L.uk_t.size(), static_cast<size_t>(c.n_heads), p + "kv_b key heads");
+      need(L.uv.size(), static_cast<size_t>(c.n_heads), p + "kv_b value heads");
+      for (int h = 0; h < c.n_heads && h < static_cast<int>(std::min(L.uk_t.size(), L.uv.size())); ++h) {
+        lin(L.uk_t[h], c.kv_lora_rank, c.qk_nope_dim, p + "kv_b key head " + std::to_string(h));
+        lin(L.uv[h], c.v_head_dim, c.kv_lora_rank, p + "kv_b value head " + std::to_string(h));
+      }
+      lin(L.wo, c.dim, c.n_heads * c.v_head_dim, p + "output projection");
+    } else {
+      lin(L.wq, c.q_dim(), c.dim, p + "q projection");
+      lin(L.wk, c.kv_dim(), c.dim, p + "k projection");
+      lin(L.wv, c.kv_dim(), c.dim, p + "v projection");
+      lin(L.wo, c.dim, c.q_dim(), p + "output projection");
+    }
     if (c.attn_sinks) need(L.attn_sinks.size(), static_cast<size_t>(c.n_heads), p + "attention sinks");
     if (c.is_moe_layer(i)) {
       lin(L.router, c.n_experts, c.dim, p + "router");
@@ -159,6 +183,12 @@ void Model::check_shapes(const std::string& source) const {
         lin(L.experts[e].gate, c.expert_hidden_dim, c.dim, x + "gate projection");
         lin(L.experts[e].up, c.expert_hidden_dim, c.dim, x + "up projection");
         lin(L.experts[e].down, c.dim, c.expert_hidden_dim, x + "down projection");
+      }
+      if (c.route_sigmoid) need(L.router_choice_bias.size(), static_cast<size_t>(c.n_experts), p + "router choice bias");
+      if (c.shared_hidden_dim > 0) {
+        lin(L.shared_expert.gate, c.shared_hidden_dim, c.dim, p + "shared expert gate projection");
+        lin(L.shared_expert.up, c.shared_hidden_dim, c.dim, p + "shared expert up projection");
+        lin(L.shared_expert.down, c.dim, c.shared_hidden_dim, p + "shared expert down projection");
       }
       continue;
     }

@@ -34,15 +34,24 @@ struct LayerWeights {
   Linear w_down;                                 // [dim][hidden]
   Linear router;                                 // [n_experts][dim]: MoE layers only, which then have
   std::vector<Expert> experts;                   // experts instead of w_gate / w_up / w_down
+  Buffer<float> router_choice_bias;              // [n_experts]: sigmoid routing's choice bias
+  Expert shared_expert;                          // cfg.shared_hidden_dim wide, where > 0
+  // Latent attention (cfg.mla()): queries straight (wq) or through q_a, its norm and q_b; the
+  // latent row from kv_a (normed by kv_a_norm, its rotated part not); per head the key half of
+  // kv_b_proj transposed (uk_t[h]: [kv_lora_rank][qk_nope]) and its value half (uv[h]:
+  // [v_head_dim][kv_lora_rank]); wo [dim][n_heads * v_head_dim].
+  Linear q_a, q_b, kv_a;
+  Buffer<float> q_a_norm, kv_a_norm;
+  std::vector<Linear> uk_t, uv;
 
   // Every matrix of the layer, experts and router included (empty ones too).
   std::vector<const Linear*> matrices() const;
   std::vector<Linear*> matrices();
 
   // Every per-layer vector (norm weights and biases), for the byte and parameter counts.
-  std::array<const Buffer<float>*, 11> vectors() const {
-    return {&attn_norm,      &attn_norm_bias, &q_norm,   &k_norm,        &q_norm_bias, &k_norm_bias,
-            &post_attn_norm, &post_mlp_norm,  &mlp_norm, &mlp_norm_bias, &attn_sinks};
+  std::array<const Buffer<float>*, 14> vectors() const {
+    return {&attn_norm,      &attn_norm_bias, &q_norm,   &k_norm,        &q_norm_bias, &k_norm_bias,       &post_attn_norm,
+            &post_mlp_norm,  &mlp_norm,       &mlp_norm_bias, &attn_sinks, &q_a_norm,  &kv_a_norm, &router_choice_bias};
   }
 };
 
