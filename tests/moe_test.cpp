@@ -173,5 +173,23 @@ TEST(Moe, MalformedGgufExpertsAreRefusedByName) {
   EXPECT_NE(error_of(dense).find("qwen3.expert_count is not supported"), std::string::npos) << error_of(dense);
 }
 
+// YaRN is read where the family takes it (gpt-oss), and refused by name elsewhere, in both formats.
+TEST(Moe, YarnIsReadOnlyWhereTheFamilyTakesIt) {
+  auto m = load_model(fixture("gptoss_gguf/model-F32.gguf"));
+  EXPECT_EQ(m->cfg.rope_scaling, "yarn");
+  EXPECT_FLOAT_EQ(m->cfg.rope_attn_factor, static_cast<float>(1.0 + 0.1 * std::log(4.0)));
+  EXPECT_EQ(m->cfg.layer_window, (std::vector<int>{8, 0, 8, 0}));
+  std::string err;
+  try {
+    load_model(test::edit_gguf(fixture("llama_tiny/model-F32.gguf"), "llama_yarn.gguf", [](Meta& meta, Tensors&) {
+      meta["llama.rope.scaling.type"] = test::gguf_str("yarn");
+      meta["llama.rope.scaling.factor"] = test::gguf_f32(4.0);
+    }));
+  } catch (const KvlmError& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("rope.scaling.type 'yarn' is not supported"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace kvlm

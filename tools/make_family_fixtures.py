@@ -131,6 +131,14 @@ def cases():
     yield "deepseek3_plain", tf.DeepseekV3Config(
         q_lora_rank=None, rope_interleave=False, n_group=1, topk_group=1, n_shared_experts=2, first_k_dense_replace=0,
         routed_scaling_factor=1.5, norm_topk_prob=False, rope_theta=30000.0, **mla), ()
+    # The same family as llama.cpp runs it: its gate constants (alpha 1.702, limit 7) and YaRN band
+    # rounded outward (truncate), which llama.cpp's gpt-oss assumes; then GGUF too.
+    yield "gptoss_gguf", tf.GptOssConfig(
+        num_key_value_heads=2, head_dim=16, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
+        rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 20000.0, "factor": 4.0, "beta_fast": 4.0,
+                         "beta_slow": 0.05, "truncate": True, "original_max_position_embeddings": 16},
+        **dict(COMMON, num_hidden_layers=4)), ("f32", "q8_0")
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()

@@ -184,7 +184,7 @@ json kv_type_table(const Model& m, const BenchArgs& a) {
         for (int l = 0; l < c.n_layers; ++l) {
           for (float& x : k) x = nd(rng);
           for (float& x : v) x = nd(rng);
-          cache.store(l, p, 1, k.data(), v.data());
+          cache.store(l, p, 1, k.data(), c.mla() ? k.data() : v.data());  // a latent row is both
         }
       cache.set_length(ctx);
       std::vector<float> logits;

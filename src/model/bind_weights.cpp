@@ -79,13 +79,17 @@ void bind_lm_head(const TensorSource& s, const std::string& embedding, Model& m)
 
 void bind_experts(const TensorSource& s, const std::string& layer_prefix, const ExpertNames& names,
                   const ModelConfig& c, LayerWeights& L) {
-  L.router = bind_linear(s, layer_prefix + names.router, c.n_experts, c.dim, false);
+  // Biases where the file holds them (gpt-oss's router and experts), for all experts alike.
+  const std::string first = layer_prefix + names.experts + "0.";
+  L.router = bind_linear(s, layer_prefix + names.router, c.n_experts, c.dim, s.has(layer_prefix + names.router + ".bias"));
+  const bool gate_bias = s.has(first + names.gate + ".bias"), up_bias = s.has(first + names.up + ".bias"),
+             down_bias = s.has(first + names.down + ".bias");
   L.experts.resize(c.n_experts);
   for (int e = 0; e < c.n_experts; ++e) {
     const std::string p = layer_prefix + names.experts + std::to_string(e) + ".";
-    L.experts[e].gate = bind_linear(s, p + names.gate, c.expert_hidden_dim, c.dim, false);
-    L.experts[e].up = bind_linear(s, p + names.up, c.expert_hidden_dim, c.dim, false);
-    L.experts[e].down = bind_linear(s, p + names.down, c.dim, c.expert_hidden_dim, false);
+    L.experts[e].gate = bind_linear(s, p + names.gate, c.expert_hidden_dim, c.dim, gate_bias);
+    L.experts[e].up = bind_linear(s, p + names.up, c.expert_hidden_dim, c.dim, up_bias);
+    L.experts[e].down = bind_linear(s, p + names.down, c.dim, c.expert_hidden_dim, down_bias);
   }
 }
 

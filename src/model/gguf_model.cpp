@@ -55,8 +55,9 @@ std::string hf_name(const std::string& n, const GgufNames& names) {
   return n;
 }
 
-// Adds t as `name`; a stack of experts' matrices (a name with "{e}", [experts][rows][cols]) as
-// one [rows][cols] view per expert, each named with its index: the experts bind as any matrix.
+// Adds t as `name`; a stack of experts' tensors (a name with "{e}": [experts][rows][cols]
+// matrices or [experts][n] biases) as one view per expert, each named with its index: the
+// experts bind as any matrix or bias.
 void add_renamed(TensorSource& out, const TensorInfo& t, const std::string& name) {
   const size_t at = name.find("{e}");
   if (at == std::string::npos) {
@@ -65,13 +66,15 @@ void add_renamed(TensorSource& out, const TensorInfo& t, const std::string& name
     out.add(std::move(copy));
     return;
   }
-  if (t.shape.size() != 3 || t.shape[0] <= 0 || t.nbytes % t.shape[0] != 0)
-    fail(t.file, ": ", t.name, " must be a 3-D stack of expert matrices, not ", shape_str(t.shape));
+  const bool bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+  if (t.shape.size() != (bias ? 2u : 3u) || t.shape[0] <= 0 || t.nbytes % t.shape[0] != 0)
+    fail(t.file, ": ", t.name, " must be a ", bias ? "2" : "3", "-D stack of expert ", bias ? "biases" : "matrices",
+         ", not ", shape_str(t.shape));
   const size_t each = t.nbytes / t.shape[0];
   for (int64_t e = 0; e < t.shape[0]; ++e) {
     TensorInfo view = t;
     view.name = name.substr(0, at) + std::to_string(e) + name.substr(at + 3);
-    view.shape = {t.shape[1], t.shape[2]};
+    view.shape.erase(view.shape.begin());
     view.data = t.data + e * each;
     view.nbytes = each;
     out.add(std::move(view));

@@ -4,11 +4,13 @@
 // and experts with biases whose gate is clamped (swiglu_limit) and weighed by sigmoid(alpha * g).
 // The checkpoint stacks the experts as x @ W ([experts][in][out]), gate and up interleaved by
 // column; they are split into [out][in] matrices at load. Its MXFP4-packed checkpoints
-// (*_blocks, *_scales) are refused by name.
+// (*_blocks, *_scales) are refused by name. GGUF ("gpt-oss", as llama.cpp's converter writes it)
+// holds the experts split and transposed already, and takes llama.cpp's gate constants.
 #include <algorithm>
 
 #include "model/blocks.h"
 #include "model/families/llama.h"
+#include "model/gguf_model.h"
 
 namespace kvlm {
 
@@ -35,7 +37,7 @@ ModelConfig gpt_oss_from_hf(const HfReader& r) {
 void bind_expert_stacks(const TensorSource& s, const std::string& p, const ModelConfig& c, LayerWeights& L) {
   if (s.has(p + "gate_up_proj_blocks"))
     fail(s.get(p + "gate_up_proj_blocks").file, ": MXFP4-packed experts (", p,
-         "gate_up_proj_blocks) are not supported in safetensors; convert the model to GGUF or dequantize it");
+         "gate_up_proj_blocks) are not supported in safetensors; dequantize them to bf16 first");
   const int E = c.n_experts, I = c.expert_hidden_dim, D = c.dim;
   const Buffer<float> gate_up = s.read_f32(p + "gate_up_proj", {E, D, 2 * I});
   const Buffer<float> gate_up_bias = s.read_f32(p + "gate_up_proj_bias", {E, 2 * I});
@@ -74,7 +76,49 @@ void bind_expert_stacks(const TensorSource& s, const std::string& p, const Model
   }
 }
 
-void bind_gpt_oss(const TensorSource& s, Model& m, TensorLayout) {
+void gpt_oss_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  c.norm = NormKind::RMSNorm;
+  c.mlp = MlpKind::SwiGLU;
+  c.norm_eps = static_cast<float>(g.get(p + "attention.layer_norm_rms_epsilon").as_float("rms_epsilon"));
+  read_gguf_rope(g, p, c, /*yarn=*/true);
+  c.rope = RopeKind::RotateHalf;
+  c.qkv_bias = c.o_bias = g.tensors.has("blk.0.attn_q.bias") ? 1 : 0;
+  c.mlp_bias = 0;
+  read_gguf_experts(g, p, c);
+  if (c.layer_moe.empty()) fail(g.path, ": a gpt-oss file needs ", p, "expert_count");
+  c.norm_topk_prob = true;
+  // llama.cpp's gpt-oss gate constants (its files carry no keys for them).
+  c.swiglu_limit = 7.0f;
+  c.swiglu_alpha = 1.702f;
+  c.attn_sinks = true;
+  // Sliding layers: the even ones, as llama.cpp's default pattern of 2 says, unless the file lists them.
+  const int window = c.layer_window.empty() ? 0 : c.layer_window[0];
+  for (int l = 0; l < c.n_layers; ++l) c.layer_window[l] = l % 2 == 0 ? window : 0;
+  if (g.has(p + "attention.sliding_window_pattern")) {
+    const GgufValue& pattern = g.get(p + "attention.sliding_window_pattern");
+    if (static_cast<int>(pattern.array.size()) != c.n_layers)
+      fail(g.path, ": ", p, "attention.sliding_window_pattern must list one entry per layer");
+    for (int l = 0; l < c.n_layers; ++l)
+      c.layer_window[l] = pattern.array[l].as_bool("attention.sliding_window_pattern") ? window : 0;
+  }
+}
+
+const GgufNames kGptOssGgufNames = {
+    "model.layers.",
+    {{"attn_norm", "input_layernorm"},
+     {"attn_q", "self_attn.q_proj"},
+     {"attn_k", "self_attn.k_proj"},
+     {"attn_v", "self_attn.v_proj"},
+     {"attn_output", "self_attn.o_proj"},
+     {"attn_sinks", "self_attn.sinks"},
+     {"post_attention_norm", "post_attention_layernorm"},
+     {"ffn_gate_inp", "mlp.router"},
+     {"ffn_gate_exps", "mlp.experts.{e}.gate"},
+     {"ffn_up_exps", "mlp.experts.{e}.up"},
+     {"ffn_down_exps", "mlp.experts.{e}.down"}},
+    {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}}};
+
+void bind_gpt_oss(const TensorSource& s, Model& m, TensorLayout layout) {
   const ModelConfig& c = m.cfg;
   bind_token_embedding(s, "model.embed_tokens.weight", m);
   const bool qkv_bias = c.qkv_bias == 1, o_bias = c.o_bias == 1;
@@ -87,8 +131,13 @@ void bind_gpt_oss(const TensorSource& s, Model& m, TensorLayout) {
     L.wk = bind_linear(s, p + "self_attn.k_proj", c.kv_dim(), c.dim, qkv_bias);
     L.wv = bind_linear(s, p + "self_attn.v_proj", c.kv_dim(), c.dim, qkv_bias);
     L.wo = bind_linear(s, p + "self_attn.o_proj", c.dim, c.q_dim(), o_bias);
-    L.attn_sinks = s.read_f32(p + "self_attn.sinks", {c.n_heads});
     L.mlp_norm = s.read_f32(p + "post_attention_layernorm.weight", {c.dim});
+    if (layout == TensorLayout::Gguf) {  // llama.cpp's converter splits and transposes the stacks
+      L.attn_sinks = s.read_f32(p + "self_attn.sinks.weight", {c.n_heads});
+      bind_experts(s, p, ExpertNames{"mlp.router", "mlp.experts.", "gate", "up", "down"}, c, L);
+      continue;
+    }
+    L.attn_sinks = s.read_f32(p + "self_attn.sinks", {c.n_heads});
     L.router = bind_linear(s, p + "mlp.router", c.n_experts, c.dim, true);
     bind_expert_stacks(s, p + "mlp.experts.", c, L);
   }
@@ -121,7 +170,7 @@ void forward_gpt_oss(ForwardStep& s, const Model& m) {
 
 }  // namespace
 
-extern const Family kGptOssFamily = {"gpt_oss", "gpt_oss", "GptOssForCausalLM", nullptr,        gpt_oss_from_hf,
-                                     nullptr,   nullptr,   bind_gpt_oss,        forward_gpt_oss};
+extern const Family kGptOssFamily = {"gpt_oss",         "gpt_oss",         "GptOssForCausalLM", "gpt-oss",     gpt_oss_from_hf,
+                                     gpt_oss_from_gguf, &kGptOssGgufNames, bind_gpt_oss,        forward_gpt_oss};
 
 }  // namespace kvlm

@@ -140,7 +140,7 @@ void apply_layer_types(const HfReader& r, ModelConfig& c, int window) {
   for (int i = 0; i < c.n_layers; ++i) c.layer_window[i] = lt[i] == "sliding_attention" ? window : 0;
 }
 
-void read_gguf_rope(const GgufFile& g, const std::string& p, ModelConfig& c) {
+void read_gguf_rope(const GgufFile& g, const std::string& p, ModelConfig& c, bool yarn) {
   c.rope_theta = static_cast<float>(gguf_float(g, p + "rope.freq_base", 10000.0));
   if (g.has(p + "rope.dimension_count")) {  // partial rotary where below head_dim
     const int n_rot = gguf_int(g, p + "rope.dimension_count", 2, 1 << 20);
@@ -157,6 +157,20 @@ void read_gguf_rope(const GgufFile& g, const std::string& p, ModelConfig& c) {
     factor = gguf_float(g, p + "rope.scale_linear", 1.0);
   }
   if (type == "none" || (type == "linear" && factor == 1.0)) type = "";
+  if (type == "yarn" && yarn) {
+    // llama.cpp's YaRN: the band's ends rounded outward, the attention factor
+    // (1 + 0.1 ln factor) times rope.scaling.attn_factor.
+    if (!(factor > 1)) fail(g.path, ": ", p, "rope.scaling.factor = ", factor, " must exceed 1 for YaRN");
+    c.rope_scaling = "yarn";
+    c.rope_factor = static_cast<float>(factor);
+    c.rope_original_max_pos = gguf_int(g, p + "rope.scaling.original_context_length", 1, 1 << 30);
+    c.rope_beta_fast = static_cast<float>(gguf_float(g, p + "rope.scaling.yarn_beta_fast", 32.0));
+    c.rope_beta_slow = static_cast<float>(gguf_float(g, p + "rope.scaling.yarn_beta_slow", 1.0));
+    c.rope_yarn_truncate = true;
+    c.rope_attn_factor = static_cast<float>((1.0 + 0.1 * std::log(factor)) *
+                                            gguf_float(g, p + "rope.scaling.attn_factor", 1.0));
+    return;
+  }
   if (!type.empty() && type != "linear")
     fail(g.path, ": ", p, "rope.scaling.type '", type, "' is not supported (supported: none, linear)");
   if (type == "linear") {

@@ -26,8 +26,11 @@ void apply_layer_types(const HfReader& r, ModelConfig& c, int window);
 void llama_like_from_gguf(const GgufFile& g, const std::string& prefix, ModelConfig& c);
 // rope.*: freq_base, the rotated width (rope.dimension_count below head_dim: partial rotary) and
 // linear scaling (rope.scaling.type/factor or the older rope.scale_linear) are honoured; YaRN,
-// LongRoPE and attn_factor != 1 refused. The caller sets the rotation convention.
-void read_gguf_rope(const GgufFile& g, const std::string& prefix, ModelConfig& c);
+// LongRoPE refused, and YaRN and attn_factor != 1 unless `yarn`. The caller sets the rotation
+// convention.
+// yarn: the family takes rope.scaling.type yarn (factor, original_context_length, yarn_beta_fast,
+// yarn_beta_slow, attn_factor, as llama.cpp reads them); else refused.
+void read_gguf_rope(const GgufFile& g, const std::string& prefix, ModelConfig& c, bool yarn = false);
 void bind_llama_like(const TensorSource& s, Model& m, TensorLayout layout);
 // The same, with the MoE layers' experts under `experts` (Mixtral's names in bind_llama_like).
 void bind_llama_layers(const TensorSource& s, Model& m, const ExpertNames& experts);
