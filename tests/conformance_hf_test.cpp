@@ -106,7 +106,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Conformance,
                                            Case{"qwen3moe_tiny", ""}, Case{"qwen3moe_tiny", "model-F32.gguf"},
                                            Case{"qwen3moe_sparse", ""}, Case{"gptoss_tiny", ""},
                                            Case{"gptoss_gguf", ""}, Case{"gptoss_gguf", "model-F32.gguf"},
-                                           Case{"deepseek3_tiny", ""}, Case{"deepseek3_plain", ""}),
+                                           Case{"deepseek3_tiny", ""}, Case{"deepseek3_plain", ""},
+                                           Case{"deepseek2_tiny", ""}),
                          case_name);
 
 // fp16 weights run as fp16 (F16C in the kernel), never narrowed to bf16 unless asked: the error

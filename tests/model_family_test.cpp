@@ -42,7 +42,7 @@ TEST(ModelFamily, TableIsCompleteAndUnique) {
       EXPECT_TRUE(gguf_archs.insert(f->gguf_arch).second) << f->gguf_arch;
     }
   }
-  EXPECT_EQ(names, (std::set<std::string>{"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "smollm3", "granite", "olmo2", "olmo3", "gemma2", "gemma3", "phi3", "phi2", "stablelm", "gpt_oss", "deepseek_v3", "gpt2", "gpt_neo"}));
+  EXPECT_EQ(names, (std::set<std::string>{"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "smollm3", "granite", "olmo2", "olmo3", "gemma2", "gemma3", "phi3", "phi2", "stablelm", "gpt_oss", "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neo"}));
   EXPECT_EQ(gguf_archs, (std::set<std::string>{"llama", "qwen2", "qwen3", "qwen3moe", "smollm3", "granite", "olmo2", "gemma2", "gemma3", "phi3", "phi2", "stablelm", "gpt-oss", "gpt2"}));
   for (const std::string& n : names) EXPECT_EQ(family_named(n, "test").name, n);
 }
@@ -55,7 +55,7 @@ TEST(ModelFamily, UnknownArchitecturesAreNamed) {
   EXPECT_NE(e.find("f.gguf: unsupported GGUF architecture 'falcon' (supported: llama, qwen2, qwen3, qwen3moe, smollm3, granite, olmo2, gemma2, gemma3, phi3, phi2, stablelm, gpt-oss, gpt2)"),
             std::string::npos) << e;
   e = error_of([] { parse_hf_config(R"({"model_type":"bert"})", "config.json"); });
-  EXPECT_NE(e.find("unsupported model_type 'bert' (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, smollm3, granite, olmo2, olmo3, gemma2, gemma3_text, phi3, phi, stablelm, gpt_oss, deepseek_v3, gpt2, gpt_neo)"),
+  EXPECT_NE(e.find("unsupported model_type 'bert' (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, smollm3, granite, olmo2, olmo3, gemma2, gemma3_text, phi3, phi, stablelm, gpt_oss, deepseek_v2, deepseek_v3, gpt2, gpt_neo)"),
             std::string::npos) << e;
   // The class must be the family's own: another class under a known model_type is refused.
   e = error_of([] {

@@ -126,6 +126,8 @@ TEST(ConfigKeys, RefusedByName) {
       {"deepseek3_tiny", [](json& c) { c["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}}; },
        "rope scaling 'linear' is not supported for deepseek_v3"},
       {"deepseek3_tiny", [](json& c) { c["topk_group"] = 5; }, "topk_group must be in 1..n_group"},
+      {"deepseek2_tiny", [](json& c) { c["norm_topk_prob"] = true; }, "norm_topk_prob = true is not supported for deepseek_v2"},
+      {"deepseek2_tiny", [](json& c) { c["topk_method"] = "noaux_tc"; }, "topk_method 'noaux_tc' is not supported for deepseek_v2"},
   };
   int i = 0;
   for (const Case& c : cases) {

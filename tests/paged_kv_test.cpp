@@ -73,7 +73,8 @@ TEST(PagedKv, EqualsContiguousOnConformanceFixtures) {
                         "smollm3_tiny", "smollm3_window", "granite_tiny", "olmo2_tiny",
                         "olmo3_tiny", "gemma2_tiny", "gemma3_tiny", "phi3_tiny",
                         "phi2_tiny", "phi2_qknorm", "stablelm_tiny", "stablelm_parallel", "mixtral_tiny",
-                        "qwen3moe_tiny", "qwen3moe_sparse", "gptoss_tiny", "deepseek3_tiny", "deepseek3_plain"}) {
+                        "qwen3moe_tiny", "qwen3moe_sparse", "gptoss_tiny", "deepseek3_tiny", "deepseek3_plain",
+                        "deepseek2_tiny"}) {
     std::string dir = test::fixtures_dir() + "/" + f;
     json e = json::parse(test::read_file(dir + "/expected.json"));
     std::vector<int> ids = e["prompt_ids"].get<std::vector<int>>();

@@ -139,6 +139,13 @@ def cases():
         rope_parameters={"rope_type": "yarn", "rope_theta": 20000.0, "factor": 4.0, "beta_fast": 4.0,
                          "beta_slow": 0.05, "truncate": True, "original_max_position_embeddings": 16},
         **dict(COMMON, num_hidden_layers=4)), ("f32", "q8_0")
+    # DeepSeek-V2: softmax routing within the 2 of 4 groups holding the best single scores, not
+    # renormalized, two shared experts' width, queries straight, YaRN with mscale_all_dim off 1.
+    yield "deepseek2_tiny", tf.DeepseekV2Config(
+        q_lora_rank=None, topk_method="group_limited_greedy", n_group=4, topk_group=2, n_shared_experts=2,
+        first_k_dense_replace=1, routed_scaling_factor=1.3,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 20000.0, "factor": 4.0, "mscale": 1.0,
+                         "mscale_all_dim": 0.8, "original_max_position_embeddings": 16}, **mla), ()
     # HF only: biases everywhere, NoPE every 2nd layer, and those layers slide over 8 positions.
     yield "smollm3_window", tf.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2, use_sliding_window=True,
                                              sliding_window=8, attention_bias=True, mlp_bias=True, **layers4), ()
@@ -178,6 +185,14 @@ def record_routing_margin(model, d):
                 keep = torch.zeros_like(groups).scatter_(1, groups.topk(topk_group, dim=-1).indices, 1)
                 mask = keep.unsqueeze(-1).expand(-1, -1, choice.shape[1] // n_group).reshape(choice.shape)
                 choice = choice.masked_fill(mask == 0, float("-inf"))
+        elif getattr(module, "topk_method", "") == "group_limited_greedy":  # DeepSeek-V2, in logits
+            n_group, topk_group = module.num_group, module.topk_group
+            groups = choice.view(choice.shape[0], n_group, -1).max(dim=-1).values
+            top_g = groups.topk(topk_group + 1, dim=-1).values
+            gaps.append(float((top_g[:, topk_group - 1] - top_g[:, topk_group]).min()))
+            keep = torch.zeros_like(groups).scatter_(1, groups.topk(topk_group, dim=-1).indices, 1)
+            mask = keep.unsqueeze(-1).expand(-1, -1, choice.shape[1] // n_group).reshape(choice.shape)
+            choice = choice.masked_fill(mask == 0, float("-inf"))
         top = choice.topk(k + 1, dim=-1).values
         gaps.append(float((top[:, k - 1] - top[:, k]).min()))
     handles = [r.register_forward_hook(hook) for r in routers(model)]

@@ -27,17 +27,16 @@ struct EmbeddingRows {
   int width = 0;
 };
 
-// How a router's logits choose experts. Softmax routing (Mixtral, Qwen3-MoE, gpt-oss): the k
-// highest softmax scores, renormalized to sum 1 where `renormalize`. Sigmoid routing
-// (DeepSeek-V3): sigmoid scores; choice by score + choice_bias among the topk_group of n_group
-// equal groups of experts whose best two choice values sum highest; weights the chosen scores,
-// renormalized where `renormalize`. Either way weights are then multiplied by `scale`; among
-// equal values the lower expert index is chosen first.
+// How a router's logits choose experts: softmax scores (Mixtral, Qwen3-MoE, gpt-oss, DeepSeek-V2)
+// or sigmoid scores (DeepSeek-V3); the k highest choice values (the score, plus choice_bias where
+// given), among the topk_group of n_group equal groups of experts whose best `group_top` choice
+// values sum highest where n_group > 1; the chosen scores, renormalized to sum 1 where
+// `renormalize`, times `scale`. Among equal values the lower index is chosen first.
 struct RouteSpec {
   int experts = 0, k = 0;
   bool renormalize = true, sigmoid = false;
-  const float* choice_bias = nullptr;  // [experts], sigmoid routing only; null: none
-  int n_group = 1, topk_group = 1;
+  const float* choice_bias = nullptr;              // [experts], sigmoid routing only; null: none
+  int n_group = 1, topk_group = 1, group_top = 2;  // DeepSeek-V3 sums a group's best two, V2 takes its best
   float scale = 1.0f;
 };
 

@@ -157,7 +157,7 @@ void CpuBackend::route_top_k(const RouteSpec& r, const float* logits, int n, int
             second = best, best = c[i];
           else if (c[i] > second)
             second = c[i];
-        group_value[g] = best + second;
+        group_value[g] = r.group_top == 1 ? best : best + second;
       }
       std::iota(groups.begin(), groups.end(), 0);
       std::partial_sort(groups.begin(), groups.begin() + r.topk_group, groups.end(), by_value(group_value));

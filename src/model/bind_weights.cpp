@@ -81,7 +81,8 @@ void bind_experts(const TensorSource& s, const std::string& layer_prefix, const 
                   const ModelConfig& c, LayerWeights& L) {
   // Biases where the file holds them (gpt-oss's router and experts), for all experts alike.
   const std::string first = layer_prefix + names.experts + "0.";
-  L.router = bind_linear(s, layer_prefix + names.router, c.n_experts, c.dim, s.has(layer_prefix + names.router + ".bias"));
+  L.router =
+      bind_linear(s, layer_prefix + names.router, c.n_experts, c.dim, s.has(layer_prefix + names.router + ".bias"));
   const bool gate_bias = s.has(first + names.gate + ".bias"), up_bias = s.has(first + names.up + ".bias"),
              down_bias = s.has(first + names.down + ".bias");
   L.experts.resize(c.n_experts);

@@ -60,6 +60,7 @@ void moe_mlp(ForwardStep& s, const ModelConfig& c, const LayerWeights& L, const 
   route.choice_bias = L.router_choice_bias.empty() ? nullptr : L.router_choice_bias.data();
   route.n_group = c.n_group;
   route.topk_group = c.topk_group;
+  route.group_top = c.group_top;
   route.scale = c.routed_scaling_factor;
   s.ops.route_top_k(route, logits, n, ids.data(), weights.data());
   // Rows per expert, in row order: each expert's rows are one batch for its matrices.

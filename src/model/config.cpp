@@ -45,9 +45,10 @@ void ModelConfig::validate(const std::string& source) const {
   if (!layer_moe.empty()) {
     need(n_group >= 1 && n_experts % n_group == 0 && topk_group >= 1 && topk_group <= n_group,
          "expert groups must divide the experts, and topk_group must be in 1..n_group");
-    need(!route_sigmoid || experts_per_token <= topk_group * (n_experts / n_group),
+    need(n_group == 1 || experts_per_token <= topk_group * (n_experts / n_group),
          "the chosen groups must hold at least experts-per-token experts");
-    need(n_experts / n_group >= 2 || n_group == 1, "each expert group needs two experts (groups are scored by their best two)");
+    need(n_experts / n_group >= group_top || n_group == 1, "each expert group needs as many experts as it is scored by");
+    need(group_top == 1 || group_top == 2, "groups are scored by their best one or two experts");
     need(std::isfinite(routed_scaling_factor) && routed_scaling_factor > 0, "routed_scaling_factor must be positive");
     need(shared_hidden_dim >= 0 && shared_hidden_dim <= 262144, "the shared experts' width must be in 0..262144");
     need(n_experts > 0 && n_experts <= 4096, "the expert count must be in 1..4096");

@@ -79,8 +79,9 @@ struct ModelConfig {
   // of n_group expert groups with the highest two-best sums; the chosen scores (renormalized
   // where norm_topk_prob) times routed_scaling_factor. Its MoE layers add n_shared_experts'
   // worth of an always-on expert (shared_hidden_dim wide).
+  // DeepSeek-V2 routes by softmax scores over groups ranked by their best score, not renormalized.
   bool route_sigmoid = false;
-  int n_group = 1, topk_group = 1, shared_hidden_dim = 0;
+  int n_group = 1, topk_group = 1, group_top = 2, shared_hidden_dim = 0;
   float routed_scaling_factor = 1.0f;
   // DeepSeek's multi-head latent attention (MLA): each position caches one row of kv_lora_rank
   // latent values and qk_rope_dim rotated key values, read by every head as its key and value

@@ -65,7 +65,7 @@ Sha256Digest model_fingerprint(const Model& m, const std::string& source) {
   if (!c.layer_moe.empty()) {
     h.add(c.n_experts).add(c.experts_per_token).add(c.expert_hidden_dim).add(c.norm_topk_prob);
     h.add(c.swiglu_limit).add(c.swiglu_alpha).add(c.attn_sinks);
-    h.add(c.route_sigmoid).add(c.n_group).add(c.topk_group).add(c.shared_hidden_dim).add(c.routed_scaling_factor);
+    h.add(c.route_sigmoid).add(c.n_group).add(c.topk_group).add(c.group_top).add(c.shared_hidden_dim).add(c.routed_scaling_factor);
   }
   if (c.mla()) {
     h.add(c.kv_lora_rank).add(c.q_lora_rank).add(c.qk_nope_dim).add(c.qk_rope_dim).add(c.v_head_dim).add(c.mla_pe_scale);

@@ -1,4 +1,5 @@
-// DeepSeek-V3 (DeepseekV3ForCausalLM): multi-head latent attention (MLA) and a mixture of experts.
+// DeepSeek-V2 and V3 (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM): multi-head latent attention
+// (MLA) and a mixture of experts; they differ in routing alone.
 //
 // Attention caches, per position and layer, one row: the kv_lora_rank latent (kv_a_proj's first
 // part, RMS-normed) and the qk_rope_head_dim rotated key shared by all heads. Every head reads
@@ -10,12 +11,13 @@
 // qk_rope_head_dim values per position once (its values are its keys: kv_pages.h), where
 // expanded attention would hold heads x (key + value head widths).
 //
-// The MLP: the first first_k_dense_replace layers dense, then MoE with sigmoid routing over expert
-// groups and a shared expert. RoPE rotates adjacent pairs (rope_interleave) or halves; YaRN
-// scales the rotated part's scores by its attention factor squared, and every score by
-// mscale(factor, mscale_all_dim) squared, as transformers does.
+// The MLP: the first first_k_dense_replace layers dense, then MoE with a shared expert, routed by
+// V3's sigmoid scores over groups or V2's softmax scores (greedy or over groups). RoPE rotates adjacent pairs
+// (rope_interleave) or halves; YaRN scales the rotated part's scores by its attention factor squared, and every score
+// by mscale(factor, mscale_all_dim) squared, as transformers does.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "model/blocks.h"
 #include "model/families/llama.h"
@@ -26,10 +28,13 @@ namespace {
 
 double yarn_mscale(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; }
 
-ModelConfig deepseek_v3_from_hf(const HfReader& r) {
-  ModelConfig c = llama_like_from_hf(r, "deepseek_v3", /*partial_rotary=*/false, /*yarn=*/true);
+// The keys V2 and V3 share: latent attention, the RoPE and score scales, shared experts and the
+// dense first layers. The family sets the routing.
+ModelConfig deepseek_from_hf(const HfReader& r, const char* arch) {
+  ModelConfig c = llama_like_from_hf(r, arch, /*partial_rotary=*/false, /*yarn=*/true);
   c.qkv_bias = c.o_bias = c.mlp_bias = 0;
-  if (r.boolean_or("attention_bias", false)) fail(r.label, ": attention_bias = true is not supported for deepseek_v3");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (r.boolean_or(key, false)) fail(r.label, ": ", key, " = true is not supported for ", arch);
   c.kv_lora_rank = r.integer("kv_lora_rank");
   c.q_lora_rank = r.has("q_lora_rank") ? r.integer("q_lora_rank") : 0;
   c.qk_nope_dim = r.integer("qk_nope_head_dim");
@@ -42,6 +47,7 @@ ModelConfig deepseek_v3_from_hf(const HfReader& r) {
   c.n_kv_heads = 1;
   c.head_dim = c.kv_lora_rank + c.qk_rope_dim;
   c.rope_dims = c.qk_rope_dim;
+  // V2 rotates adjacent pairs (as complex numbers); V3 too unless rope_interleave is false.
   c.rope = r.boolean_or("rope_interleave", true) ? RopeKind::AdjacentPairs : RopeKind::RotateHalf;
   // Score scales: 1/sqrt(the unabsorbed head width), YaRN's mscale_all_dim on every score, its
   // attention factor (on rotated q and k in transformers) on the rotated part's.
@@ -53,27 +59,61 @@ ModelConfig deepseek_v3_from_hf(const HfReader& r) {
     c.mla_pe_scale = c.rope_attn_factor * c.rope_attn_factor;
     c.rope_attn_factor = 1.0f;
   } else if (!c.rope_scaling.empty()) {
-    fail(r.label, ": rope scaling '", c.rope_scaling, "' is not supported for deepseek_v3 (supported: yarn)");
+    fail(r.label, ": rope scaling '", c.rope_scaling, "' is not supported for ", arch, " (supported: yarn)");
   }
   c.attn_scale = static_cast<float>(scale);
-  // Experts.
-  for (const auto& [key, want] : {std::pair{"scoring_func", "sigmoid"}, std::pair{"topk_method", "noaux_tc"}})
-    if (r.has(key) && r.string_or(key, "") != want)
-      fail(r.label, ": ", key, " '", r.string_or(key, ""), "' is not supported for deepseek_v3 (supported: ", want,
-           ")");
   if (r.integer_or("moe_layer_freq", 1) != 1) fail(r.label, ": moe_layer_freq other than 1 is not supported");
   read_hf_experts(r, c, r.integer("n_routed_experts"), r.integer("moe_intermediate_size"));
-  c.route_sigmoid = true;
-  c.norm_topk_prob = r.boolean_or("norm_topk_prob", true);
-  c.n_group = r.integer_or("n_group", 1);
-  c.topk_group = r.integer_or("topk_group", 1);
   c.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0f);
   c.shared_hidden_dim = c.expert_hidden_dim * r.integer_or("n_shared_experts", 0);
   const int dense = r.integer_or("first_k_dense_replace", 0);
   if (dense < 0) fail(r.label, ": first_k_dense_replace must be >= 0");
   for (int l = 0; l < c.n_layers; ++l) c.layer_moe[l] = l >= dense;
   // Multi-token prediction layers serve training and speculative decoding, not this forward.
-  for (const char* key : {"num_nextn_predict_layers", "router_aux_loss_coef", "output_router_logits"}) r.has(key);
+  for (const char* key : {"num_nextn_predict_layers", "router_aux_loss_coef", "output_router_logits", "qk_head_dim"})
+    r.has(key);
+  return c;
+}
+
+void check_string(const HfReader& r, const char* key, std::initializer_list<const char*> supported, const char* arch) {
+  if (!r.has(key)) return;
+  const std::string v = r.string_or(key, "");
+  std::string list;
+  for (const char* s : supported) {
+    if (v == s) return;
+    list += (list.empty() ? "" : ", ") + std::string(s);
+  }
+  fail(r.label, ": ", key, " '", v, "' is not supported for ", arch, " (supported: ", list, ")");
+}
+
+// V3: sigmoid scores, the choice bias, groups ranked by their best two, renormalized by default.
+ModelConfig deepseek_v3_from_hf(const HfReader& r) {
+  ModelConfig c = deepseek_from_hf(r, "deepseek_v3");
+  check_string(r, "scoring_func", {"sigmoid"}, "deepseek_v3");
+  check_string(r, "topk_method", {"noaux_tc"}, "deepseek_v3");
+  c.route_sigmoid = true;
+  c.norm_topk_prob = r.boolean_or("norm_topk_prob", true);
+  c.n_group = r.integer_or("n_group", 1);
+  c.topk_group = r.integer_or("topk_group", 1);
+  return c;
+}
+
+// V2: softmax scores, greedy or within the topk_group groups holding the best single scores
+// (group_limited_greedy), never renormalized (transformers does not, whatever norm_topk_prob says,
+// so a true there is refused rather than guessed at).
+ModelConfig deepseek_v2_from_hf(const HfReader& r) {
+  ModelConfig c = deepseek_from_hf(r, "deepseek_v2");
+  check_string(r, "scoring_func", {"softmax"}, "deepseek_v2");
+  check_string(r, "topk_method", {"greedy", "group_limited_greedy"}, "deepseek_v2");
+  if (r.boolean_or("norm_topk_prob", false)) fail(r.label, ": norm_topk_prob = true is not supported for deepseek_v2");
+  c.norm_topk_prob = false;
+  c.group_top = 1;
+  if (r.string_or("topk_method", "greedy") == "group_limited_greedy") {
+    c.n_group = r.integer("n_group");
+    c.topk_group = r.integer("topk_group");
+  } else {
+    r.has("n_group"), r.has("topk_group");  // unused by greedy routing
+  }
   return c;
 }
 
@@ -129,7 +169,7 @@ void bind_deepseek_v3(const TensorSource& s, Model& m, TensorLayout) {
       continue;
     }
     bind_experts(s, p, ExpertNames{"mlp.gate", "mlp.experts.", "gate_proj", "up_proj", "down_proj"}, c, L);
-    L.router_choice_bias = s.read_f32(p + "mlp.gate.e_score_correction_bias", {c.n_experts});
+    if (c.route_sigmoid) L.router_choice_bias = s.read_f32(p + "mlp.gate.e_score_correction_bias", {c.n_experts});
     if (c.shared_hidden_dim > 0) {
       L.shared_expert.gate = bind_linear(s, p + "mlp.shared_experts.gate_proj", c.shared_hidden_dim, c.dim, false);
       L.shared_expert.up = bind_linear(s, p + "mlp.shared_experts.up_proj", c.shared_hidden_dim, c.dim, false);
@@ -213,6 +253,9 @@ void forward_deepseek_v3(ForwardStep& s, const Model& m) {
 
 }  // namespace
 
+extern const Family kDeepseekV2Family = {"deepseek_v2", "deepseek_v2",       "DeepseekV2ForCausalLM",
+                                         nullptr,       deepseek_v2_from_hf, nullptr,
+                                         nullptr,       bind_deepseek_v3,    forward_deepseek_v3};
 extern const Family kDeepseekV3Family = {"deepseek_v3", "deepseek_v3",       "DeepseekV3ForCausalLM",
                                          nullptr,       deepseek_v3_from_hf, nullptr,
                                          nullptr,       bind_deepseek_v3,    forward_deepseek_v3};

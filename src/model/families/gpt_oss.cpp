@@ -170,7 +170,8 @@ void forward_gpt_oss(ForwardStep& s, const Model& m) {
 
 }  // namespace
 
-extern const Family kGptOssFamily = {"gpt_oss",         "gpt_oss",         "GptOssForCausalLM", "gpt-oss",     gpt_oss_from_hf,
-                                     gpt_oss_from_gguf, &kGptOssGgufNames, bind_gpt_oss,        forward_gpt_oss};
+extern const Family kGptOssFamily = {"gpt_oss",         "gpt_oss",       "GptOssForCausalLM",
+                                     "gpt-oss",         gpt_oss_from_hf, gpt_oss_from_gguf,
+                                     &kGptOssGgufNames, bind_gpt_oss,    forward_gpt_oss};
 
 }  // namespace kvlm

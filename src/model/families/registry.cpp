@@ -8,14 +8,14 @@ namespace kvlm {
 
 extern const Family kLlamaFamily, kMistralFamily, kQwen2Family, kQwen3Family, kSmolLm3Family, kGraniteFamily,
     kOlmo2Family, kOlmo3Family, kGemma2Family, kGemma3Family, kPhi3Family, kPhi2Family, kStableLmFamily, kGpt2Family,
-    kGptNeoFamily, kMixtralFamily, kQwen3MoeFamily, kGptOssFamily, kDeepseekV3Family;
+    kGptNeoFamily, kMixtralFamily, kQwen3MoeFamily, kGptOssFamily, kDeepseekV2Family, kDeepseekV3Family;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> table = {
-      &kLlamaFamily,    &kMistralFamily,    &kMixtralFamily, &kQwen2Family, &kQwen3Family,
-      &kQwen3MoeFamily, &kSmolLm3Family,    &kGraniteFamily, &kOlmo2Family, &kOlmo3Family,
-      &kGemma2Family,   &kGemma3Family,     &kPhi3Family,    &kPhi2Family,  &kStableLmFamily,
-      &kGptOssFamily,   &kDeepseekV3Family, &kGpt2Family,    &kGptNeoFamily};
+      &kLlamaFamily,    &kMistralFamily,    &kMixtralFamily,    &kQwen2Family, &kQwen3Family,
+      &kQwen3MoeFamily, &kSmolLm3Family,    &kGraniteFamily,    &kOlmo2Family, &kOlmo3Family,
+      &kGemma2Family,   &kGemma3Family,     &kPhi3Family,       &kPhi2Family,  &kStableLmFamily,
+      &kGptOssFamily,   &kDeepseekV2Family, &kDeepseekV3Family, &kGpt2Family,  &kGptNeoFamily};
   return table;
 }
 
