@@ -42,6 +42,8 @@ void forward_llama(ForwardStep& s, const Model& m);
 // n_experts and the routing rule: experts_per_token from num_experts_per_tok; every layer MoE
 // unless the family marks some dense after.
 void read_hf_experts(const HfReader& r, ModelConfig& c, int n_experts, int expert_hidden_dim);
+// Mistral's keys: Llama's without biases, one sliding window for every layer (or by layer_types).
+ModelConfig mistral_like_from_hf(const HfReader& r, const char* arch);
 // Qwen2's keys: Llama's plus its window rules (use_sliding_window from max_window_layers on,
 // or layer_types). Biases are left for the family to set.
 ModelConfig qwen2_like_from_hf(const HfReader& r, const char* arch);

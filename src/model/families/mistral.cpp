@@ -6,16 +6,18 @@
 
 namespace kvlm {
 
-namespace {
-
-ModelConfig mistral_from_hf(const HfReader& r) {
-  ModelConfig c = llama_like_from_hf(r, "mistral");
+ModelConfig mistral_like_from_hf(const HfReader& r, const char* arch) {
+  ModelConfig c = llama_like_from_hf(r, arch);
   c.qkv_bias = c.o_bias = c.mlp_bias = 0;
   int window = r.integer_or("sliding_window", 0);
   std::fill(c.layer_window.begin(), c.layer_window.end(), window);
   apply_layer_types(r, c, window);
   return c;
 }
+
+namespace {
+
+ModelConfig mistral_from_hf(const HfReader& r) { return mistral_like_from_hf(r, "mistral"); }
 
 }  // namespace
 

@@ -1,8 +1,6 @@
 // Mixtral (MixtralForCausalLM): Mistral's layer with a mixture of SwiGLU experts as its MLP, a
 // softmax router choosing num_experts_per_tok of num_local_experts per token, their scores
 // renormalized. llama.cpp writes Mixtral GGUF files as "llama" (the Llama family reads them).
-#include <algorithm>
-
 #include "model/families/llama.h"
 
 namespace kvlm {
@@ -10,11 +8,7 @@ namespace kvlm {
 namespace {
 
 ModelConfig mixtral_from_hf(const HfReader& r) {
-  ModelConfig c = llama_like_from_hf(r, "mixtral");
-  c.qkv_bias = c.o_bias = c.mlp_bias = 0;
-  int window = r.integer_or("sliding_window", 0);
-  std::fill(c.layer_window.begin(), c.layer_window.end(), window);
-  apply_layer_types(r, c, window);
+  ModelConfig c = mistral_like_from_hf(r, "mixtral");
   read_hf_experts(r, c, r.integer("num_local_experts"), c.hidden_dim);
   c.norm_topk_prob = true;
   // Training-only: jitter multiplies inputs in training mode alone; the aux loss and the router
