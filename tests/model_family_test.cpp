@@ -43,7 +43,7 @@ TEST(ModelFamily, TableIsCompleteAndUnique) {
     }
   }
   EXPECT_EQ(names, (std::set<std::string>{"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "smollm3", "granite", "olmo2", "olmo3", "gemma2", "gemma3", "phi3", "phi2", "stablelm", "gpt_oss", "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neo"}));
-  EXPECT_EQ(gguf_archs, (std::set<std::string>{"llama", "qwen2", "qwen3", "qwen3moe", "smollm3", "granite", "olmo2", "gemma2", "gemma3", "phi3", "phi2", "stablelm", "gpt-oss", "gpt2"}));
+  EXPECT_EQ(gguf_archs, (std::set<std::string>{"llama", "qwen2", "qwen3", "qwen3moe", "smollm3", "granite", "olmo2", "gemma2", "gemma3", "phi3", "phi2", "stablelm", "gpt-oss", "deepseek2", "gpt2"}));
   for (const std::string& n : names) EXPECT_EQ(family_named(n, "test").name, n);
 }
 
@@ -52,7 +52,7 @@ TEST(ModelFamily, UnknownArchitecturesAreNamed) {
   EXPECT_NE(e.find("'mamba'"), std::string::npos) << e;
   EXPECT_NE(e.find("gpt_neo"), std::string::npos) << e;
   e = error_of([] { family_for_gguf_arch("falcon", "f.gguf"); });
-  EXPECT_NE(e.find("f.gguf: unsupported GGUF architecture 'falcon' (supported: llama, qwen2, qwen3, qwen3moe, smollm3, granite, olmo2, gemma2, gemma3, phi3, phi2, stablelm, gpt-oss, gpt2)"),
+  EXPECT_NE(e.find("f.gguf: unsupported GGUF architecture 'falcon' (supported: llama, qwen2, qwen3, qwen3moe, smollm3, granite, olmo2, gemma2, gemma3, phi3, phi2, stablelm, gpt-oss, deepseek2, gpt2)"),
             std::string::npos) << e;
   e = error_of([] { parse_hf_config(R"({"model_type":"bert"})", "config.json"); });
   EXPECT_NE(e.find("unsupported model_type 'bert' (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, smollm3, granite, olmo2, olmo3, gemma2, gemma3_text, phi3, phi, stablelm, gpt_oss, deepseek_v2, deepseek_v3, gpt2, gpt_neo)"),

@@ -139,6 +139,13 @@ def cases():
         rope_parameters={"rope_type": "yarn", "rope_theta": 20000.0, "factor": 4.0, "beta_fast": 4.0,
                          "beta_slow": 0.05, "truncate": True, "original_max_position_embeddings": 16},
         **dict(COMMON, num_hidden_layers=4)), ("f32", "q8_0")
+    # V3 as llama.cpp's converter and reader take it: the scoring function named in the config
+    # (else the file says softmax), mscale equal to mscale_all_dim (llama.cpp assumes it); then GGUF.
+    yield "deepseek3_gguf", tf.DeepseekV3Config(
+        q_lora_rank=32, n_group=4, topk_group=2, n_shared_experts=1, first_k_dense_replace=1,
+        routed_scaling_factor=2.5, norm_topk_prob=True, scoring_func="sigmoid", topk_method="noaux_tc",
+        rope_parameters={"rope_type": "yarn", "rope_theta": 20000.0, "factor": 4.0, "mscale": 0.7,
+                         "mscale_all_dim": 0.7, "original_max_position_embeddings": 16}, **mla), ("f32", "q8_0")
     # DeepSeek-V2: softmax routing within the 2 of 4 groups holding the best single scores, not
     # renormalized, two shared experts' width, queries straight, YaRN with mscale_all_dim off 1.
     yield "deepseek2_tiny", tf.DeepseekV2Config(

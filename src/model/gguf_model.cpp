@@ -139,7 +139,9 @@ ModelConfig gguf_config(const GgufFile& g) {
   c.n_heads = gguf_int(g, p + "attention.head_count", 1, 1024);
   c.n_kv_heads = g.has(p + "attention.head_count_kv") ? gguf_int(g, p + "attention.head_count_kv", 1, 1024) : c.n_heads;
   c.head_dim = g.has(p + "attention.key_length") ? gguf_int(g, p + "attention.key_length", 1, 1024) : c.dim / c.n_heads;
-  if (g.has(p + "attention.value_length") && gguf_int(g, p + "attention.value_length", 1, 1024) != c.head_dim)
+  // Latent attention's cached row is wider than the value part it feeds (the family checks both).
+  if (g.has(p + "attention.value_length") && !g.has(p + "attention.kv_lora_rank") &&
+      gguf_int(g, p + "attention.value_length", 1, 1024) != c.head_dim)
     fail(g.path, ": ", p, "attention.value_length differs from key_length; kvlm needs them equal");
   c.max_seq_len = gguf_int(g, p + "context_length", 1, 16 * 1024 * 1024);
   if (g.has(p + "attention.causal") && !g.get(p + "attention.causal").as_bool("attention.causal"))

@@ -21,6 +21,7 @@
 
 #include "model/blocks.h"
 #include "model/families/llama.h"
+#include "model/gguf_model.h"
 
 namespace kvlm {
 
@@ -117,6 +118,85 @@ ModelConfig deepseek_v2_from_hf(const HfReader& r) {
   return c;
 }
 
+// GGUF ("deepseek2", as llama.cpp's converter writes V2 and V3): read as llama.cpp reads it. The
+// routing from expert_gating_func (absent: softmax, as llama.cpp assumes for older V2 files),
+// groups ranked by their best two and weights renormalized only where expert_weights_norm says
+// so, as llama.cpp does for both versions; YaRN's score factor from yarn_log_multiplier
+// (0.1 x mscale_all_dim), with mscale taken equal to it, as llama.cpp does.
+void deepseek_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  c.norm = NormKind::RMSNorm;
+  c.mlp = MlpKind::SwiGLU;
+  c.norm_eps = static_cast<float>(g.get(p + "attention.layer_norm_rms_epsilon").as_float("rms_epsilon"));
+  c.qkv_bias = c.o_bias = c.mlp_bias = 0;
+  c.kv_lora_rank = gguf_int(g, p + "attention.kv_lora_rank", 1, 65536);
+  c.q_lora_rank = g.has(p + "attention.q_lora_rank") ? gguf_int(g, p + "attention.q_lora_rank", 1, 65536) : 0;
+  c.qk_rope_dim = gguf_int(g, p + "rope.dimension_count", 2, 1024);
+  const int qk = gguf_int(g, p + "attention.key_length_mla", c.qk_rope_dim + 1, 2048);
+  c.qk_nope_dim = qk - c.qk_rope_dim;
+  c.v_head_dim = gguf_int(g, p + "attention.value_length_mla", 1, 1024);
+  if (c.head_dim != c.kv_lora_rank + c.qk_rope_dim || c.n_kv_heads != 1 ||
+      gguf_int(g, p + "attention.value_length", 1, 65536) != c.kv_lora_rank)
+    fail(g.path, ": ", p, "attention.key_length, value_length and head_count_kv must describe one latent row of ", p,
+         "attention.kv_lora_rank + rope.dimension_count");
+  read_gguf_rope(g, p, c, /*yarn=*/true);  // rope.dimension_count: the rotated tail of the row
+  c.rope = RopeKind::AdjacentPairs;
+  double scale = 1.0 / std::sqrt(static_cast<double>(qk));
+  if (c.rope_scaling == "yarn") {
+    if (!g.has(p + "rope.scaling.yarn_log_multiplier"))
+      fail(g.path, ": YaRN without ", p, "rope.scaling.yarn_log_multiplier is not supported for deepseek2");
+    const double all_dim = gguf_float(g, p + "rope.scaling.yarn_log_multiplier", 0.0) / 0.1;
+    scale *= std::pow(yarn_mscale(c.rope_factor, all_dim), 2);
+    if (gguf_float(g, p + "rope.scaling.attn_factor", 1.0) != 1.0)
+      fail(g.path, ": ", p, "rope.scaling.attn_factor is not supported for deepseek2");
+    c.rope_attn_factor = 1.0f;
+  }
+  c.attn_scale = static_cast<float>(scale);
+  read_gguf_experts(g, p, c);
+  if (c.layer_moe.empty()) fail(g.path, ": a deepseek2 file without ", p, "expert_count is not supported");
+  const int gating = g.has(p + "expert_gating_func") ? gguf_int(g, p + "expert_gating_func", 0, 16) : 1;
+  if (gating != 1 && gating != 2)
+    fail(g.path, ": ", p, "expert_gating_func = ", gating, " is not supported (supported: 1 softmax, 2 sigmoid)");
+  c.route_sigmoid = gating == 2;
+  c.norm_topk_prob =
+      g.has(p + "expert_weights_norm") && g.get(p + "expert_weights_norm").as_bool("expert_weights_norm");
+  c.routed_scaling_factor = static_cast<float>(gguf_float(g, p + "expert_weights_scale", 1.0));
+  c.n_group = g.has(p + "expert_group_count") ? gguf_int(g, p + "expert_group_count", 1, 4096) : 1;
+  c.topk_group = g.has(p + "expert_group_used_count") ? gguf_int(g, p + "expert_group_used_count", 1, 4096) : 1;
+  c.group_top = 2;
+  c.shared_hidden_dim = c.expert_hidden_dim * gguf_int(g, p + "expert_shared_count", 0, 64);
+  const int dense = g.has(p + "leading_dense_block_count") ? gguf_int(g, p + "leading_dense_block_count", 0, 1024) : 0;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.layer_moe[l] != (l >= dense))
+      fail(g.path, ": layer ", l, "'s experts disagree with ", p, "leading_dense_block_count = ", dense);
+}
+
+const GgufNames kDeepseekGgufNames = {
+    "model.layers.",
+    {{"attn_norm", "input_layernorm"},
+     {"attn_q", "self_attn.q_proj"},
+     {"attn_q_a", "self_attn.q_a_proj"},
+     {"attn_q_a_norm", "self_attn.q_a_layernorm"},
+     {"attn_q_b", "self_attn.q_b_proj"},
+     {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"},
+     {"attn_kv_a_norm", "self_attn.kv_a_layernorm"},
+     {"attn_kv_b", "self_attn.kv_b_proj"},
+     {"attn_k_b", "self_attn.uk_t.{e}"},
+     {"attn_v_b", "self_attn.uv.{e}"},
+     {"attn_output", "self_attn.o_proj"},
+     {"ffn_norm", "post_attention_layernorm"},
+     {"ffn_gate", "mlp.gate_proj"},
+     {"ffn_up", "mlp.up_proj"},
+     {"ffn_down", "mlp.down_proj"},
+     {"ffn_gate_inp", "mlp.gate"},
+     {"exp_probs_b", "mlp.gate.e_score_correction"},
+     {"ffn_gate_exps", "mlp.experts.{e}.gate_proj"},
+     {"ffn_up_exps", "mlp.experts.{e}.up_proj"},
+     {"ffn_down_exps", "mlp.experts.{e}.down_proj"},
+     {"ffn_gate_shexp", "mlp.shared_experts.gate_proj"},
+     {"ffn_up_shexp", "mlp.shared_experts.up_proj"},
+     {"ffn_down_shexp", "mlp.shared_experts.down_proj"}},
+    {{"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}}};
+
 // kv_b_proj [heads * (qk_nope + v_head)][kv_lora_rank] split per head: the key rows transposed
 // (for absorbing queries), the value rows as they are; each in the stored type where it is a
 // half type (exact: the values came from it).
@@ -141,7 +221,7 @@ void bind_kv_b(const TensorSource& s, const std::string& name, const ModelConfig
   }
 }
 
-void bind_deepseek_v3(const TensorSource& s, Model& m, TensorLayout) {
+void bind_deepseek_v3(const TensorSource& s, Model& m, TensorLayout layout) {
   const ModelConfig& c = m.cfg;
   bind_token_embedding(s, "model.embed_tokens.weight", m);
   const int q_width = c.n_heads * (c.qk_nope_dim + c.qk_rope_dim);
@@ -159,7 +239,16 @@ void bind_deepseek_v3(const TensorSource& s, Model& m, TensorLayout) {
     }
     L.kv_a = bind_linear(s, a + "kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_dim, c.dim, false);
     L.kv_a_norm = s.read_f32(a + "kv_a_layernorm.weight", {c.kv_lora_rank});
-    bind_kv_b(s, a + "kv_b_proj.weight", c, L);
+    if (s.has(a + "kv_b_proj.weight")) {  // HF, and GGUF files written before llama.cpp split it
+      bind_kv_b(s, a + "kv_b_proj.weight", c, L);
+    } else {  // GGUF: per head, the key half already transposed
+      L.uk_t.resize(c.n_heads);
+      L.uv.resize(c.n_heads);
+      for (int h = 0; h < c.n_heads; ++h) {
+        L.uk_t[h] = bind_linear(s, a + "uk_t." + std::to_string(h), c.kv_lora_rank, c.qk_nope_dim, false);
+        L.uv[h] = bind_linear(s, a + "uv." + std::to_string(h), c.v_head_dim, c.kv_lora_rank, false);
+      }
+    }
     L.wo = bind_linear(s, a + "o_proj", c.dim, c.n_heads * c.v_head_dim, false);
     L.mlp_norm = s.read_f32(p + "post_attention_layernorm.weight", {c.dim});
     if (!c.is_moe_layer(i)) {
@@ -169,7 +258,10 @@ void bind_deepseek_v3(const TensorSource& s, Model& m, TensorLayout) {
       continue;
     }
     bind_experts(s, p, ExpertNames{"mlp.gate", "mlp.experts.", "gate_proj", "up_proj", "down_proj"}, c, L);
-    if (c.route_sigmoid) L.router_choice_bias = s.read_f32(p + "mlp.gate.e_score_correction_bias", {c.n_experts});
+    if (c.route_sigmoid)
+      L.router_choice_bias = s.read_f32(
+          p + (layout == TensorLayout::Gguf ? "mlp.gate.e_score_correction.bias" : "mlp.gate.e_score_correction_bias"),
+          {c.n_experts});
     if (c.shared_hidden_dim > 0) {
       L.shared_expert.gate = bind_linear(s, p + "mlp.shared_experts.gate_proj", c.shared_hidden_dim, c.dim, false);
       L.shared_expert.up = bind_linear(s, p + "mlp.shared_experts.up_proj", c.shared_hidden_dim, c.dim, false);
@@ -256,8 +348,9 @@ void forward_deepseek_v3(ForwardStep& s, const Model& m) {
 extern const Family kDeepseekV2Family = {"deepseek_v2", "deepseek_v2",       "DeepseekV2ForCausalLM",
                                          nullptr,       deepseek_v2_from_hf, nullptr,
                                          nullptr,       bind_deepseek_v3,    forward_deepseek_v3};
-extern const Family kDeepseekV3Family = {"deepseek_v3", "deepseek_v3",       "DeepseekV3ForCausalLM",
-                                         nullptr,       deepseek_v3_from_hf, nullptr,
-                                         nullptr,       bind_deepseek_v3,    forward_deepseek_v3};
+// llama.cpp writes V2 and V3 alike as "deepseek2"; this family reads them.
+extern const Family kDeepseekV3Family = {"deepseek_v3",       "deepseek_v3",       "DeepseekV3ForCausalLM",
+                                         "deepseek2",         deepseek_v3_from_hf, deepseek_from_gguf,
+                                         &kDeepseekGgufNames, bind_deepseek_v3,    forward_deepseek_v3};
 
 }  // namespace kvlm

@@ -37,7 +37,8 @@ ModelConfig gpt_oss_from_hf(const HfReader& r) {
 void bind_expert_stacks(const TensorSource& s, const std::string& p, const ModelConfig& c, LayerWeights& L) {
   if (s.has(p + "gate_up_proj_blocks"))
     fail(s.get(p + "gate_up_proj_blocks").file, ": MXFP4-packed experts (", p,
-         "gate_up_proj_blocks) are not supported in safetensors; dequantize them to bf16 first");
+         "gate_up_proj_blocks) are not supported in safetensors; dequantize them to bf16 first, or convert the model "
+         "to GGUF");
   const int E = c.n_experts, I = c.expert_hidden_dim, D = c.dim;
   const Buffer<float> gate_up = s.read_f32(p + "gate_up_proj", {E, D, 2 * I});
   const Buffer<float> gate_up_bias = s.read_f32(p + "gate_up_proj_bias", {E, 2 * I});
