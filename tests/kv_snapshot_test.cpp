@@ -61,25 +61,29 @@ SeqParams params(std::vector<int> prompt, int n, std::string load = "", std::str
   return p;
 }
 
+// Also for a latent-attention model, whose pages hold one row per position (no V side).
 TEST(KvSnapshot, RestoreThenGenerateEqualsAnUninterruptedRun) {
-  auto m = load_model(test::fixtures_dir() + "/llama_tiny");
-  const std::vector<int> p = prompt_ids(13);
-  for (DType dtype : {DType::F32, DType::F16, DType::Int8, DType::Int4})
-    for (int residual : {0, 8}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " residual " + std::to_string(residual));
-      const std::string file = test::temp_path(std::string("snap_") + dtype_name(dtype) + std::to_string(residual));
-      const EngineOptions eo = options(dtype, residual);
-      const Sequence first = run(*m, eo, params(p, 20, "", file));
-      ASSERT_EQ(first.snapshot_error, "");
-      const std::vector<int> saved = kv_snapshot_tokens(file);
-      EXPECT_EQ(saved, first.tokens);
-      const Sequence cont = run(*m, eo, params(saved, 20, file));
-      ASSERT_EQ(cont.snapshot_error, "");
-      EXPECT_EQ(cont.reused_tokens, static_cast<int>(saved.size()) - 1) << "every position with KV restored";
-      const Sequence whole = run(*m, eo, params(p, 40));
-      EXPECT_EQ(cont.tokens, whole.tokens);  // the 33 tokens of `saved` and the 20 after them
-      EXPECT_EQ(test::max_abs_diff(cont.last_logits, whole.last_logits), 0.0f) << "the same arithmetic, bit for bit";
-    }
+  for (const char* fixture : {"llama_tiny", "deepseek3_tiny"}) {
+    auto m = load_model(test::fixtures_dir() + "/" + fixture);
+    const std::vector<int> p = prompt_ids(13);
+    for (DType dtype : {DType::F32, DType::F16, DType::Int8, DType::Int4})
+      for (int residual : {0, 8}) {
+        SCOPED_TRACE(std::string(fixture) + " " + dtype_name(dtype) + " residual " + std::to_string(residual));
+        const std::string file =
+            test::temp_path(std::string("snap_") + fixture + dtype_name(dtype) + std::to_string(residual));
+        const EngineOptions eo = options(dtype, residual);
+        const Sequence first = run(*m, eo, params(p, 20, "", file));
+        ASSERT_EQ(first.snapshot_error, "");
+        const std::vector<int> saved = kv_snapshot_tokens(file);
+        EXPECT_EQ(saved, first.tokens);
+        const Sequence cont = run(*m, eo, params(saved, 20, file));
+        ASSERT_EQ(cont.snapshot_error, "");
+        EXPECT_EQ(cont.reused_tokens, static_cast<int>(saved.size()) - 1) << "every position with KV restored";
+        const Sequence whole = run(*m, eo, params(p, 40));
+        EXPECT_EQ(cont.tokens, whole.tokens);  // the 33 tokens of `saved` and the 20 after them
+        EXPECT_EQ(test::max_abs_diff(cont.last_logits, whole.last_logits), 0.0f) << "the same arithmetic, bit for bit";
+      }
+  }
 }
 
 TEST(KvSnapshot, APromptRestoresItsLongestCommonPrefix) {
@@ -97,8 +101,9 @@ TEST(KvSnapshot, APromptRestoresItsLongestCommonPrefix) {
 }
 
 // A bad snapshot is refused for its reason; with a prompt, the run computes it instead.
-void expect_refused(const std::string& name, const std::string& reason, const std::function<void(const std::string&)>& damage,
-                    DType save_dtype = DType::F32, const std::string& load_salt = "", bool other_model = false) {
+void expect_refused(const std::string& name, const std::string& reason,
+                    const std::function<void(const std::string&)>& damage, DType save_dtype = DType::F32,
+                    const std::string& load_salt = "", bool other_model = false) {
   SCOPED_TRACE(name);
   auto m = load_model(test::fixtures_dir() + "/llama_tiny");
   const std::string file = test::temp_path("snap_bad_" + name);
@@ -128,15 +133,18 @@ TEST(KvSnapshot, TruncatedFileIsRefused) {
 }
 
 TEST(KvSnapshot, AnotherModelsSnapshotIsRefused) {
-  expect_refused("model", "another model", [](const std::string&) {}, DType::F32, "", true);
+  expect_refused(
+      "model", "another model", [](const std::string&) {}, DType::F32, "", true);
 }
 
 TEST(KvSnapshot, AnotherCodecsSnapshotIsRefused) {
-  expect_refused("codec", "another KV codec", [](const std::string&) {}, DType::Int8);
+  expect_refused(
+      "codec", "another KV codec", [](const std::string&) {}, DType::Int8);
 }
 
 TEST(KvSnapshot, AnotherTenantsSnapshotIsRefused) {
-  expect_refused("tenant", "another tenant", [](const std::string&) {}, DType::F32, "someone else");
+  expect_refused(
+      "tenant", "another tenant", [](const std::string&) {}, DType::F32, "someone else");
 }
 
 // The CLI: --kv-save, then --kv-load without a prompt continues exactly.
@@ -144,8 +152,9 @@ TEST(KvSnapshot, GenerateSavesAndContinues) {
   KVLM_NEED_SHARED("models/stories260K/stories260K.bin", "kvlm generate --kv-save / --kv-load on stories260K");
   const std::string dir = test::shared_path("models/stories260K");
   const std::string file = test::temp_path("snap_cli");
-  std::vector<std::string> base = {"generate", "--model", dir + "/stories260K.bin", "--tokenizer", dir + "/tok512.bin",
-                                   "--ignore-eos", "--json", "--kv-dtype", "int8", "--kv-residual", "16"};
+  std::vector<std::string> base = {
+      "generate",   "--model", dir + "/stories260K.bin", "--tokenizer", dir + "/tok512.bin", "--ignore-eos", "--json",
+      "--kv-dtype", "int8",    "--kv-residual",          "16"};
   auto with = [&](std::vector<std::string> more) {
     std::vector<std::string> args = base;
     args.insert(args.end(), more.begin(), more.end());
