@@ -110,7 +110,11 @@ void expect_refused(const std::string& name, const std::string& reason,
   const std::vector<int> p = prompt_ids(13);
   run(*m, options(save_dtype, 0), params(p, 5, "", file));
   damage(file);
-  if (other_model) m->fingerprint[3] ^= 1;
+  if (other_model) {
+    auto f = m->fingerprint();
+    f[3] ^= 1;
+    m->set_fingerprint(f);
+  }
   const EngineOptions eo = options(DType::F32, 0);
   const Sequence got = run(*m, eo, params(p, 8, file, "", load_salt));
   EXPECT_NE(got.snapshot_error.find(reason), std::string::npos) << got.snapshot_error;

@@ -116,7 +116,11 @@ void expect_refused(const std::string& name, KvReject reason, const std::functio
   }
   ASSERT_EQ(std::distance(fs::directory_iterator(t.disk_dir), fs::directory_iterator{}), 8);
   damage(t.disk_dir);
-  if (other_model) m->fingerprint[0] ^= 1;  // what another weights file would give
+  if (other_model) {  // what another weights file would give
+    auto f = m->fingerprint();
+    f[0] ^= 1;
+    m->set_fingerprint(f);
+  }  // what another weights file would give
   Engine reader(*m, options(DType::F32, 64, t));
   const auto got = run(reader, p, read_salt);
   EXPECT_LT(got.first, 32) << "a refused block is never adopted";

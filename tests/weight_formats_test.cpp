@@ -318,7 +318,7 @@ TEST(WeightFormats, AskedForF32WidensAQuantizedFile) {
       }
     }
   EXPECT_GT(wide->weight_bytes(), 3 * stored->weight_bytes() / 2);
-  EXPECT_NE(wide->fingerprint, stored->fingerprint);
+  EXPECT_NE(wide->fingerprint(), stored->fingerprint());
   EXPECT_EQ(load_model(fx + "/llama_tiny")->source_format, DType::F32);
   EXPECT_EQ(load_model(fx + "/llama_tiny", "bf16")->source_format, DType::BF16);
   EXPECT_EQ(load_model(fx + "/llama_f16")->source_format, DType::F16);

@@ -27,7 +27,7 @@ Engine::Engine(const Model& m, EngineOptions opt) : model_(m), opt_(opt) {
   pool_ = std::make_unique<BlockPool>(*pages_);
   if (opt_.tiers.enabled()) {
     if (!opt_.prefix_cache) fail("KV tiers hold prefix blocks: they need the prefix cache");
-    tiers_ = std::make_unique<KvTiers>(*pages_, m.fingerprint, opt_.tiers);
+    tiers_ = std::make_unique<KvTiers>(*pages_, m.fingerprint(), opt_.tiers);
     pool_->add_listener(tiers_.get());
   }
   if (opt_.events) {
@@ -180,7 +180,7 @@ void Engine::finish(Sequence& s, SeqState st, const std::string& error) {
   s.error = error;
   if (st == SeqState::Finished && !s.params.kv_save.empty() && s.cache) {
     try {
-      save_kv_snapshot(dynamic_cast<const PagedKvCache&>(*s.cache), s.tokens, model_.fingerprint, s.params.salt,
+      save_kv_snapshot(dynamic_cast<const PagedKvCache&>(*s.cache), s.tokens, model_.fingerprint(), s.params.salt,
                        s.params.kv_save);
     } catch (const KvlmError& e) {  // the tokens stand; the caller learns the file was not written
       s.snapshot_error = e.what();
@@ -212,7 +212,7 @@ bool Engine::admit(Sequence& s, int& budget, int& taken, bool alone) {
   int reused = -1;
   if (!s.params.kv_load.empty() && s.preemptions == 0) {
     try {
-      reused = restore_kv_snapshot(dynamic_cast<PagedKvCache&>(*s.cache), s.tokens, model_.fingerprint, s.params.salt,
+      reused = restore_kv_snapshot(dynamic_cast<PagedKvCache&>(*s.cache), s.tokens, model_.fingerprint(), s.params.salt,
                                    s.params.kv_load);
     } catch (const KvlmError& e) {  // refused: never used, the prompt is computed instead
       s.snapshot_error = e.what();

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -74,9 +75,13 @@ struct Model {
   // The matrices' type as given: the file's (Q4_K stays Q4_K), or the one --weights asked for.
   // It picks the KV type "auto" (auto_kv_dtype).
   DType source_format = DType::F32;
-  // What KV computed by this model must match to be reused by another run (fingerprint.cpp):
-  // set by load_model and synthetic_model.
-  std::array<uint8_t, 32> fingerprint{};
+  // What KV computed by this model must match to be reused by another run (tiers, snapshots; see
+  // fingerprint.cpp): the content of the files at fingerprint_source and the arithmetic. Computed
+  // on first use, since it reads every weight file once, then kept.
+  const std::array<uint8_t, 32>& fingerprint() const;
+  // Replaces it (a test standing in for another model's weights).
+  void set_fingerprint(const std::array<uint8_t, 32>& f);
+  std::string fingerprint_source;  // the model's file or folder, or a synthetic preset's name
 
   // The token embedding table as the backend's embed op reads it.
   EmbeddingRows token_rows() const;
@@ -99,9 +104,18 @@ struct Model {
   // Re-encodes every matrix (and the LM head, untied for the purpose) as `f`. Matrices whose
   // rows are not a multiple of 32 stay f32; returns how many did.
   int convert_weights(DType f);
+
+ private:
+  struct LazyFingerprint {
+    std::once_flag once;
+    std::array<uint8_t, 32> value{};
+  };
+  std::shared_ptr<LazyFingerprint> fingerprint_ = std::make_shared<LazyFingerprint>();
 };
 
-// The fingerprint of a loaded model read from `source` (a file, a folder or a preset's name).
+// The fingerprint of a loaded model read from `source` (a file, a folder or a preset's name):
+// the files' bytes (a folder's config.json and safetensors, by name within it), never their
+// paths or times, so two copies of a model anywhere give the same one.
 std::array<uint8_t, 32> model_fingerprint(const Model& m, const std::string& source);
 
 // Loads a llama2.c .bin checkpoint, a GGUF file or a Hugging Face folder (config.json +
