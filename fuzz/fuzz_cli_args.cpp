@@ -32,7 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   app.require_subcommand(1);
   std::vector<kvlm::cli::Runner> keep;  // each runner owns the variables its options write to
   for (auto add : {kvlm::cli::add_generate, kvlm::cli::add_logits, kvlm::cli::add_ppl, kvlm::cli::add_bench,
-                   kvlm::cli::add_kv_plan, kvlm::cli::add_batch, kvlm::cli::add_bench_serving})
+                   kvlm::cli::add_kv_plan, kvlm::cli::add_batch, kvlm::cli::add_bench_serving, kvlm::cli::add_serve,
+                   kvlm::cli::add_quantize})
     keep.push_back(add(app));
   std::vector<std::string> argv(words.rbegin(), words.rend());  // CLI11 takes them reversed
   try {
