@@ -132,6 +132,7 @@ void CpuBackend::route_top_k(const RouteSpec& r, const float* logits, int n, int
   const int per_group = r.experts / r.n_group;
   std::vector<float> score(E), choice(E), group_value(r.n_group);
   std::vector<int> order(E), groups(r.n_group);
+  std::vector<char> kept(r.n_group);
   auto by_value = [](const std::vector<float>& v) {
     return [&v](int a, int b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
   };
@@ -161,8 +162,8 @@ void CpuBackend::route_top_k(const RouteSpec& r, const float* logits, int n, int
       }
       std::iota(groups.begin(), groups.end(), 0);
       std::partial_sort(groups.begin(), groups.begin() + r.topk_group, groups.end(), by_value(group_value));
-      std::vector<bool> kept(r.n_group, false);
-      for (int g = 0; g < r.topk_group; ++g) kept[groups[g]] = true;
+      std::fill(kept.begin(), kept.end(), 0);
+      for (int g = 0; g < r.topk_group; ++g) kept[groups[g]] = 1;
       for (size_t e = 0; e < E; ++e)
         if (!kept[e / per_group]) choice[e] = -INFINITY;
     }

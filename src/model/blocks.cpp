@@ -75,26 +75,25 @@ void moe_mlp(ForwardStep& s, const ModelConfig& c, const LayerWeights& L, const 
   float* up = s.act(kUp, std::max(c.expert_hidden_dim, c.shared_hidden_dim));
   float* y = s.act(kOut, c.dim);
   s.ops.zero(out, n, c.dim);
+  // y = down(act(gate(x_in)) * up(x_in)) over m rows, act SiLU or gpt-oss's clamped gate.
+  auto expert = [&](const Expert& x, const float* x_in, int m, bool clamped) {
+    s.ops.linear(x.gate, x_in, m, gate);
+    s.ops.linear(x.up, x_in, m, up);
+    if (clamped)
+      s.ops.clamped_swiglu(gate, up, m, x.up.out, c.swiglu_alpha, c.swiglu_limit);
+    else
+      s.ops.silu_mul(gate, up, m, x.up.out);
+    s.ops.linear(x.down, gate, m, y);
+  };
   for (int e = 0; e < c.n_experts; ++e) {
     const int m = static_cast<int>(rows[e].size());
     if (m == 0) continue;
-    const Expert& x = L.experts[e];
     s.ops.gather_rows(xn, rows[e].data(), m, c.dim, in);
-    s.ops.linear(x.gate, in, m, gate);
-    s.ops.linear(x.up, in, m, up);
-    if (c.swiglu_limit > 0)
-      s.ops.clamped_swiglu(gate, up, m, c.expert_hidden_dim, c.swiglu_alpha, c.swiglu_limit);
-    else
-      s.ops.silu_mul(gate, up, m, c.expert_hidden_dim);
-    s.ops.linear(x.down, gate, m, y);
+    expert(L.experts[e], in, m, c.swiglu_limit > 0);
     s.ops.scatter_add_rows(out, rows[e].data(), row_weights[e].data(), y, m, c.dim);
   }
   if (c.shared_hidden_dim > 0) {  // the always-on expert, over every row
-    const Expert& x = L.shared_expert;
-    s.ops.linear(x.gate, xn, n, gate);
-    s.ops.linear(x.up, xn, n, up);
-    s.ops.silu_mul(gate, up, n, c.shared_hidden_dim);
-    s.ops.linear(x.down, gate, n, y);
+    expert(L.shared_expert, xn, n, false);
     s.ops.add(out, y, n, c.dim);
   }
 }

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "core/error.h"
-
 #include "core/sha256.h"
 #include "model/model.h"
 
@@ -94,6 +93,7 @@ Sha256Digest model_fingerprint(const Model& m, const std::string& source) {
         .add(c.group_top)
         .add(c.shared_hidden_dim)
         .add(c.routed_scaling_factor);
+    for (int moe : c.layer_moe) h.add(moe);
   }
   if (c.mla()) {
     h.add(c.kv_lora_rank)
@@ -102,13 +102,9 @@ Sha256Digest model_fingerprint(const Model& m, const std::string& source) {
         .add(c.qk_rope_dim)
         .add(c.v_head_dim)
         .add(c.mla_pe_scale);
-    for (int moe : c.layer_moe) h.add(moe);
   }
   for (const LayerWeights& L : m.layers)
-    for (const Linear* l : L.matrices())
-      if (l->out != 0 || l == &L.wq || l == &L.wk || l == &L.wv || l == &L.wo || l == &L.w_gate || l == &L.w_up ||
-          l == &L.w_down)  // empty matrices past the dense layer's seven key nothing
-        add_linear(h, *l);
+    for (const Linear* l : L.matrices()) add_linear(h, *l);
   add_linear(h, m.lm_head);
   return h.digest();
 }

@@ -1,5 +1,4 @@
 // load_model: picks the reader by path (HF folder, GGUF, or llama2.c .bin) and binds the weights.
-#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -162,7 +161,7 @@ void Model::check_shapes(const std::string& source) const {
       need(L.kv_a_norm.size(), static_cast<size_t>(c.kv_lora_rank), p + "kv_a norm");
       need(L.uk_t.size(), static_cast<size_t>(c.n_heads), p + "kv_b key heads");
       need(L.uv.size(), static_cast<size_t>(c.n_heads), p + "kv_b value heads");
-      for (int h = 0; h < c.n_heads && h < static_cast<int>(std::min(L.uk_t.size(), L.uv.size())); ++h) {
+      for (int h = 0; h < c.n_heads; ++h) {  // both lists hold n_heads: checked above
         lin(L.uk_t[h], c.kv_lora_rank, c.qk_nope_dim, p + "kv_b key head " + std::to_string(h));
         lin(L.uv[h], c.v_head_dim, c.kv_lora_rank, p + "kv_b value head " + std::to_string(h));
       }
@@ -183,7 +182,8 @@ void Model::check_shapes(const std::string& source) const {
         lin(L.experts[e].up, c.expert_hidden_dim, c.dim, x + "up projection");
         lin(L.experts[e].down, c.dim, c.expert_hidden_dim, x + "down projection");
       }
-      if (c.route_sigmoid) need(L.router_choice_bias.size(), static_cast<size_t>(c.n_experts), p + "router choice bias");
+      if (c.route_sigmoid)
+        need(L.router_choice_bias.size(), static_cast<size_t>(c.n_experts), p + "router choice bias");
       if (c.shared_hidden_dim > 0) {
         lin(L.shared_expert.gate, c.shared_hidden_dim, c.dim, p + "shared expert gate projection");
         lin(L.shared_expert.up, c.shared_hidden_dim, c.dim, p + "shared expert up projection");

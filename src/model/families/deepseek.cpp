@@ -124,9 +124,6 @@ ModelConfig deepseek_v2_from_hf(const HfReader& r) {
 // so, as llama.cpp does for both versions; YaRN's score factor from yarn_log_multiplier
 // (0.1 x mscale_all_dim), with mscale taken equal to it, as llama.cpp does.
 void deepseek_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
-  c.norm = NormKind::RMSNorm;
-  c.mlp = MlpKind::SwiGLU;
-  c.norm_eps = static_cast<float>(g.get(p + "attention.layer_norm_rms_epsilon").as_float("rms_epsilon"));
   c.qkv_bias = c.o_bias = c.mlp_bias = 0;
   c.kv_lora_rank = gguf_int(g, p + "attention.kv_lora_rank", 1, 65536);
   c.q_lora_rank = g.has(p + "attention.q_lora_rank") ? gguf_int(g, p + "attention.q_lora_rank", 1, 65536) : 0;
@@ -138,7 +135,7 @@ void deepseek_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c)
       gguf_int(g, p + "attention.value_length", 1, 65536) != c.kv_lora_rank)
     fail(g.path, ": ", p, "attention.key_length, value_length and head_count_kv must describe one latent row of ", p,
          "attention.kv_lora_rank + rope.dimension_count");
-  read_gguf_rope(g, p, c, /*yarn=*/true);  // rope.dimension_count: the rotated tail of the row
+  llama_like_from_gguf(g, p, c, /*yarn=*/true);  // rope.dimension_count: the rotated tail of the row
   c.rope = RopeKind::AdjacentPairs;
   double scale = 1.0 / std::sqrt(static_cast<double>(qk));
   if (c.rope_scaling == "yarn") {
@@ -297,7 +294,7 @@ void latent_attention(ForwardStep& s, const Model& m, int layer, const float* xn
   s.ops.rms_norm(ql, L.kv_a_norm.data(), ql, n, R, 1e-6f);
   s.ops.copy_cols(ql, R, latent, row, n, R);
   const RopeSpec pe{m.rope.kind == RopeKind::AdjacentPairs, m.rope.inv_freq.data(), r, r};
-  float* kpe = s.act(kPe, static_cast<size_t>(std::max(H, 1)) * r);
+  float* kpe = s.act(kPe, static_cast<size_t>(H) * r);  // the rotated key, then every head's rotated query
   s.ops.copy_cols(kv + R, row, kpe, r, n, r);
   s.ops.rope(pe, kpe, n, 1, s.positions.data());
   s.ops.copy_cols(kpe, r, latent + R, row, n, r);

@@ -78,10 +78,7 @@ void bind_expert_stacks(const TensorSource& s, const std::string& p, const Model
 }
 
 void gpt_oss_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
-  c.norm = NormKind::RMSNorm;
-  c.mlp = MlpKind::SwiGLU;
-  c.norm_eps = static_cast<float>(g.get(p + "attention.layer_norm_rms_epsilon").as_float("rms_epsilon"));
-  read_gguf_rope(g, p, c, /*yarn=*/true);
+  llama_like_from_gguf(g, p, c, /*yarn=*/true);
   c.rope = RopeKind::RotateHalf;
   c.qkv_bias = c.o_bias = g.tensors.has("blk.0.attn_q.bias") ? 1 : 0;
   c.mlp_bias = 0;
@@ -95,13 +92,7 @@ void gpt_oss_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) 
   // Sliding layers: the even ones, as llama.cpp's default pattern of 2 says, unless the file lists them.
   const int window = c.layer_window.empty() ? 0 : c.layer_window[0];
   for (int l = 0; l < c.n_layers; ++l) c.layer_window[l] = l % 2 == 0 ? window : 0;
-  if (g.has(p + "attention.sliding_window_pattern")) {
-    const GgufValue& pattern = g.get(p + "attention.sliding_window_pattern");
-    if (static_cast<int>(pattern.array.size()) != c.n_layers)
-      fail(g.path, ": ", p, "attention.sliding_window_pattern must list one entry per layer");
-    for (int l = 0; l < c.n_layers; ++l)
-      c.layer_window[l] = pattern.array[l].as_bool("attention.sliding_window_pattern") ? window : 0;
-  }
+  read_gguf_window_pattern(g, p, c, window);
 }
 
 const GgufNames kGptOssGgufNames = {

@@ -167,8 +167,8 @@ void read_gguf_rope(const GgufFile& g, const std::string& p, ModelConfig& c, boo
     c.rope_beta_fast = static_cast<float>(gguf_float(g, p + "rope.scaling.yarn_beta_fast", 32.0));
     c.rope_beta_slow = static_cast<float>(gguf_float(g, p + "rope.scaling.yarn_beta_slow", 1.0));
     c.rope_yarn_truncate = true;
-    c.rope_attn_factor = static_cast<float>((1.0 + 0.1 * std::log(factor)) *
-                                            gguf_float(g, p + "rope.scaling.attn_factor", 1.0));
+    c.rope_attn_factor =
+        static_cast<float>((1.0 + 0.1 * std::log(factor)) * gguf_float(g, p + "rope.scaling.attn_factor", 1.0));
     return;
   }
   if (!type.empty() && type != "linear")
@@ -183,16 +183,25 @@ void read_gguf_rope(const GgufFile& g, const std::string& p, ModelConfig& c, boo
     fail(g.path, ": ", p, "rope.scaling.attn_factor = ", attn_factor, " is not supported (only 1)");
 }
 
-void llama_like_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
+void llama_like_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c, bool yarn) {
   c.norm = NormKind::RMSNorm;
   c.mlp = MlpKind::SwiGLU;
   c.norm_eps = static_cast<float>(g.get(p + "attention.layer_norm_rms_epsilon").as_float("rms_epsilon"));
-  read_gguf_rope(g, p, c);
+  read_gguf_rope(g, p, c, yarn);
   if (g.tensors.has("rope_freqs.weight")) {  // Llama 3 rope scaling, as llama.cpp stores it
     if (c.head_dim <= 0 || c.head_dim > 1024 || c.head_dim % 2) fail(g.path, ": head_dim ", c.head_dim, " is invalid");
     const Buffer<float> divisors = g.tensors.read_f32("rope_freqs.weight", {c.rotary_dims() / 2});
     c.rope_freq_divisors.assign(divisors.begin(), divisors.end());
   }
+}
+
+void read_gguf_window_pattern(const GgufFile& g, const std::string& p, ModelConfig& c, int window) {
+  if (!g.has(p + "attention.sliding_window_pattern")) return;
+  const GgufValue& pattern = g.get(p + "attention.sliding_window_pattern");
+  if (static_cast<int>(pattern.array.size()) != c.n_layers)
+    fail(g.path, ": ", p, "attention.sliding_window_pattern must list one entry per layer");
+  for (int l = 0; l < c.n_layers; ++l)
+    c.layer_window[l] = pattern.array[l].as_bool("attention.sliding_window_pattern") ? window : 0;
 }
 
 const ExpertNames kMixtralExperts = {"block_sparse_moe.gate", "block_sparse_moe.experts.", "w1", "w3", "w2"};
@@ -286,7 +295,7 @@ ModelConfig llama_from_hf(const HfReader& r) {
 
 void llama_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
   llama_like_from_gguf(g, p, c);
-  read_gguf_experts(g, p, c);  // Mixtral
+  read_gguf_experts(g, p, c);        // Mixtral
   c.rope = RopeKind::AdjacentPairs;  // convert_hf_to_gguf.py permutes q/k rows to Meta's layout
 }
 

@@ -23,7 +23,10 @@ void read_hf_rope(const HfReader& r, ModelConfig& c, bool partial_rotary = false
 void apply_layer_types(const HfReader& r, ModelConfig& c, int window);
 // GGUF: RMSNorm epsilon, SwiGLU, RoPE base/scaling and Llama 3's rope_freqs. The caller sets the
 // rotation convention (llama.cpp permutes llama's q/k rows to adjacent pairs, not qwen2's).
-void llama_like_from_gguf(const GgufFile& g, const std::string& prefix, ModelConfig& c);
+void llama_like_from_gguf(const GgufFile& g, const std::string& prefix, ModelConfig& c, bool yarn = false);
+// attention.sliding_window_pattern (one bool per layer): the listed layers slide over `window`,
+// the rest are global; nothing when the file has no pattern.
+void read_gguf_window_pattern(const GgufFile& g, const std::string& prefix, ModelConfig& c, int window);
 // rope.*: freq_base, the rotated width (rope.dimension_count below head_dim: partial rotary) and
 // linear scaling (rope.scaling.type/factor or the older rope.scale_linear) are honoured; YaRN,
 // LongRoPE refused, and YaRN and attn_factor != 1 unless `yarn`. The caller sets the rotation

@@ -42,14 +42,7 @@ void olmo2_from_gguf(const GgufFile& g, const std::string& p, ModelConfig& c) {
   c.output_norms = true;
   const double swa_base = gguf_float(g, p + "rope.freq_base_swa", c.rope_theta);
   if (swa_base != c.rope_theta) c.rope_local_theta = static_cast<float>(swa_base);
-  if (g.has(p + "attention.sliding_window_pattern")) {
-    const GgufValue& pattern = g.get(p + "attention.sliding_window_pattern");
-    if (static_cast<int>(pattern.array.size()) != c.n_layers)
-      fail(g.path, ": ", p, "attention.sliding_window_pattern must list one entry per layer");
-    const int window = c.layer_window.empty() ? 0 : c.layer_window[0];
-    for (int l = 0; l < c.n_layers; ++l)
-      c.layer_window[l] = pattern.array[l].as_bool("attention.sliding_window_pattern") ? window : 0;
-  }
+  read_gguf_window_pattern(g, p, c, c.layer_window.empty() ? 0 : c.layer_window[0]);
 }
 
 void bind_olmo2(const TensorSource& s, Model& m, TensorLayout) {
